@@ -1,0 +1,54 @@
+#pragma once
+#include "mpg/detail/guard.hpp"
+
+#include "mpg/options.hpp"
+
+// The x86 kernels are compiled with per-function target attributes, so they exist in every
+// x86-64 GCC/Clang build, whatever -march says; the CPU is asked at run time which may run.
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define MPG_HAVE_X86_KERNELS 1
+#else
+#define MPG_HAVE_X86_KERNELS 0
+#endif
+
+namespace mpg::detail {
+
+struct CpuFeatures {
+  bool avx2 = false;    // AVX2 + F16C (fp16 conversions)
+  bool avx512 = false;  // AVX-512 F + BW + VL (masked 16-bit loads and stores)
+};
+
+inline CpuFeatures detect_cpu_features() {
+  CpuFeatures f;
+#if MPG_HAVE_X86_KERNELS
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl");
+#endif
+  return f;
+}
+
+inline const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect_cpu_features();
+  return features;
+}
+
+inline bool cpu_supports(Isa isa) {
+  switch (isa) {
+    case Isa::kAuto:
+    case Isa::kPortable: return true;
+    case Isa::kAvx2: return cpu_features().avx2;
+    case Isa::kAvx512: return cpu_features().avx512;
+  }
+  return false;
+}
+
+// The best kernel set this CPU runs.
+inline Isa best_isa() {
+  if (cpu_supports(Isa::kAvx512)) return Isa::kAvx512;
+  if (cpu_supports(Isa::kAvx2)) return Isa::kAvx2;
+  return Isa::kPortable;
+}
+
+}  // namespace mpg::detail

@@ -1,0 +1,75 @@
+#pragma once
+#include "mpg/detail/guard.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "mpg/detail/cpu.hpp"
+#include "mpg/detail/dispatch.hpp"
+#include "mpg/detail/fast.hpp"
+#include "mpg/detail/problem.hpp"
+#include "mpg/detail/reference.hpp"
+#include "mpg/detail/validate.hpp"
+#include "mpg/options.hpp"
+#include "mpg/status.hpp"
+
+namespace mpg::detail {
+
+inline Status check_options(const Options& options) {
+  if (options.num_threads < 0) {
+    return error(ErrorCode::kInvalidArgument, "options.num_threads = ", options.num_threads,
+                 " must be >= 0 (0 = default)");
+  }
+  if (options.path != Path::kAuto && options.path != Path::kReference &&
+      options.path != Path::kFast) {
+    return error(ErrorCode::kInvalidArgument, "options.path = ",
+                 static_cast<int>(options.path), " is not a Path value");
+  }
+  if (options.isa != Isa::kAuto && options.isa != Isa::kPortable && options.isa != Isa::kAvx2 &&
+      options.isa != Isa::kAvx512) {
+    return error(ErrorCode::kInvalidArgument, "options.isa = ", static_cast<int>(options.isa),
+                 " is not an Isa value");
+  }
+  if (!cpu_supports(options.isa)) {
+    return error(ErrorCode::kUnsupportedIsa, "options.isa = ", name_of(options.isa),
+                 " is not supported by this CPU or build");
+  }
+  return {};
+}
+
+// Second half of every call, after check_shapes() and check_options() passed: check the index
+// values (bitmap: index_bitmap_bytes() of scratch), then compute. Nothing is written to out
+// unless every check passed.
+inline Status execute(const Problem& p, uint8_t* bitmap, const Options& options) {
+  return dispatch(p.dtype, p.index_type, p.mode, [&](auto t, auto i, auto m) -> Status {
+    using T = typename decltype(t)::type;
+    using I = typename decltype(i)::type;
+    constexpr Mode kMode = decltype(m)::value;
+    const IndexView<I> indices = index_view<I>(p);
+    if (Status s = check_indices(indices, kMode, p.grad.rows, bitmap); !s.ok()) return s;
+    if (options.path == Path::kReference) {
+      reference_permute_grad<T, I, kMode>(grad_view<T>(p), indices, p.topk, out_view<T>(p));
+    } else {
+      fast_permute_grad<T, I, kMode>(grad_view<T>(p), indices, p.topk, out_view<T>(p), options);
+    }
+    return {};
+  });
+}
+
+// Validates and computes with scratch of its own: the path of the typed API.
+inline Status validate_and_execute(const Problem& p, const Options& options) {
+  if (Status s = check_options(options); !s.ok()) return s;
+  if (Status s = check_shapes(p); !s.ok()) return s;
+  // Small calls keep the bitmap on the stack: a heap allocation would dominate them.
+  uint8_t stack_bitmap[512];
+  std::vector<uint8_t> heap_bitmap;
+  uint8_t* bitmap = stack_bitmap;
+  const uint64_t bytes = index_bitmap_bytes(p.mode, p.num_indices, p.grad.rows);
+  if (bytes > sizeof(stack_bitmap)) {
+    heap_bitmap.resize(bytes);
+    bitmap = heap_bitmap.data();
+  }
+  return execute(p, bitmap, options);
+}
+
+}  // namespace mpg::detail

@@ -1,0 +1,164 @@
+#pragma once
+#include "mpg/detail/guard.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "mpg/detail/overlap.hpp"
+#include "mpg/detail/problem.hpp"
+#include "mpg/status.hpp"
+#include "mpg/types.hpp"
+
+namespace mpg::detail {
+
+template <class... Args>
+Status error(ErrorCode code, const Args&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  return Status(code, message.str());
+}
+
+// a * b without signed overflow; false when it does not fit.
+inline bool checked_mul(int64_t a, int64_t b, int64_t* product) {
+  return !__builtin_mul_overflow(a, b, product);
+}
+
+// Bytes spanned by a rows x cols view with the given row stride, or -1 when it does not fit in
+// int64 (a descriptor no real buffer can back).
+inline int64_t extent_bytes(int64_t rows, int64_t cols, int64_t row_stride, int64_t elem_size) {
+  if (rows == 0 || cols == 0) return 0;
+  int64_t last_row = 0;
+  int64_t elems = 0;
+  int64_t bytes = 0;
+  if (!checked_mul(rows - 1, row_stride, &last_row) ||
+      __builtin_add_overflow(last_row, cols, &elems) || !checked_mul(elems, elem_size, &bytes)) {
+    return -1;
+  }
+  return bytes;
+}
+
+inline ByteRows byte_rows(const Problem::Matrix& m, int64_t elem_size) {
+  return ByteRows{reinterpret_cast<uintptr_t>(m.data), m.rows, m.cols * elem_size,
+                  m.row_stride * elem_size};
+}
+
+// Checks of one matrix argument that do not depend on the others: non-negative sizes, a stride
+// that keeps rows apart, an extent that fits in 64-bit byte offsets, and data when non-empty.
+inline Status check_matrix(const char* name, const Problem::Matrix& m, int64_t elem_size) {
+  if (m.rows < 0 || m.cols < 0) {
+    return error(ErrorCode::kShapeMismatch, name, " has shape [", m.rows, ", ", m.cols,
+                 "]: dimensions must be >= 0");
+  }
+  if (m.data == nullptr && !m.empty()) {
+    return error(ErrorCode::kNullPointer, name, " data is null but the tensor has ", m.rows,
+                 " x ", m.cols, " elements");
+  }
+  if (m.rows > 1 && m.row_stride < m.cols) {
+    return error(ErrorCode::kInvalidArgument, name, " row stride ", m.row_stride,
+                 " is smaller than its row length ", m.cols, ": rows would overlap");
+  }
+  const int64_t extent = extent_bytes(m.rows, m.cols, m.row_stride, elem_size);
+  if (extent < 0 || reinterpret_cast<uintptr_t>(m.data) >
+                        std::numeric_limits<uintptr_t>::max() - static_cast<uint64_t>(extent)) {
+    return error(ErrorCode::kShapeMismatch, name, " with shape [", m.rows, ", ", m.cols,
+                 "] and row stride ", m.row_stride, " does not fit in the address space");
+  }
+  return {};
+}
+
+// Everything that can be checked without reading index values (SPEC section 4): all of it
+// happens in the first phase of the two-phase API.
+inline Status check_shapes(const Problem& p) {
+  if (Status s = check_matrix("permuted_output_grad", p.grad, p.elem_size()); !s.ok()) return s;
+  if (Status s = check_matrix("out", p.out, p.elem_size()); !s.ok()) return s;
+  const auto index_size = size_of(p.index_type);
+  if (p.num_indices < 0 || p.num_indices > std::numeric_limits<int64_t>::max() / index_size) {
+    return error(ErrorCode::kShapeMismatch, "sorted_indices has ", p.num_indices,
+                 " elements: must be in [0, 2^63 / ", index_size, ")");
+  }
+  if (p.indices == nullptr && p.num_indices > 0) {
+    return error(ErrorCode::kNullPointer, "sorted_indices data is null but it has ",
+                 p.num_indices, " elements");
+  }
+  if (p.topk < 1) {
+    return error(ErrorCode::kInvalidArgument, "num_topk = ", p.topk, " must be >= 1");
+  }
+  if (p.num_indices % p.topk != 0) {
+    return error(ErrorCode::kShapeMismatch, "sorted_indices has ", p.num_indices,
+                 " elements, which is not a multiple of num_topk = ", p.topk);
+  }
+  if (p.out.rows != p.num_tokens()) {
+    return error(ErrorCode::kShapeMismatch, "out has ", p.out.rows,
+                 " rows but must have N = len(sorted_indices) / num_topk = ", p.num_indices,
+                 " / ", p.topk, " = ", p.num_tokens());
+  }
+  if (p.out.cols != p.grad.cols) {
+    return error(ErrorCode::kShapeMismatch, "out has hidden size ", p.out.cols,
+                 " but permuted_output_grad has hidden size ", p.grad.cols);
+  }
+  if (p.mode == Mode::kDropless && p.grad.rows > p.num_indices) {
+    return error(ErrorCode::kShapeMismatch, "permuted_output_grad has ", p.grad.rows,
+                 " rows, more than N * num_topk = ", p.num_indices, " (dropless mode)");
+  }
+  const ByteRows out_bytes = byte_rows(p.out, p.elem_size());
+  if (overlaps(out_bytes, byte_rows(p.grad, p.elem_size()))) {
+    return error(ErrorCode::kOverlap, "out overlaps permuted_output_grad in memory");
+  }
+  const ByteRows index_bytes{reinterpret_cast<uintptr_t>(p.indices), 1,
+                             p.num_indices * index_size, 0};
+  if (overlaps(out_bytes, index_bytes)) {
+    return error(ErrorCode::kOverlap, "out overlaps sorted_indices in memory");
+  }
+  return {};
+}
+
+// Index values a mode accepts: [lo, hi), each at most once (-1 in padded mode excepted).
+inline int64_t index_bitmap_bits(Mode mode, int64_t num_indices, int64_t grad_rows) {
+  return mode == Mode::kDropless ? num_indices : grad_rows;
+}
+// Scratch bytes check_indices needs: one bit per admissible value (bytes, so any workspace
+// pointer is aligned enough).
+inline uint64_t index_bitmap_bytes(Mode mode, int64_t num_indices, int64_t grad_rows) {
+  return static_cast<uint64_t>((index_bitmap_bits(mode, num_indices, grad_rows) + 7) / 8);
+}
+
+template <class I>
+int64_t first_position_of(IndexView<I> indices, I value) {
+  int64_t i = 0;
+  while (indices.data[i] != value) ++i;
+  return i;
+}
+
+// The second phase: values in range and no duplicates. `bitmap` holds index_bitmap_bytes()
+// bytes of scratch (the two-phase API's workspace); its contents on entry do not matter.
+template <class I>
+Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t* bitmap) {
+  const int64_t lo = mode == Mode::kDropless ? 0 : -1;
+  const int64_t hi = mode == Mode::kDropless ? indices.size : grad_rows;
+  const uint64_t bitmap_bytes = index_bitmap_bytes(mode, indices.size, grad_rows);
+  if (bitmap_bytes > 0) std::memset(bitmap, 0, bitmap_bytes);
+  for (int64_t i = 0; i < indices.size; ++i) {
+    const int64_t s = indices.data[i];
+    if (s < lo || s >= hi) {
+      return error(ErrorCode::kIndexOutOfRange, "sorted_indices[", i, "] = ", s,
+                   " is out of range [", lo, ", ", hi, ")",
+                   mode == Mode::kDropless ? " (dropless mode: a permutation of [0, N*K))"
+                                           : " (padded mode: -1 or a row of [E*C, H])");
+    }
+    if (s < 0) continue;  // -1: dropped in padded mode, may repeat
+    uint8_t& word = bitmap[s >> 3];
+    const auto bit = static_cast<uint8_t>(1u << (s & 7));
+    if (word & bit) {
+      return error(ErrorCode::kDuplicateIndex, "sorted_indices[", i, "] = ", s,
+                   " duplicates sorted_indices[", first_position_of(indices, indices.data[i]),
+                   "]: every index other than -1 may appear once");
+    }
+    word |= bit;
+  }
+  return {};
+}
+
+}  // namespace mpg::detail

@@ -1,0 +1,13 @@
+// mpg: MoE token-permute backward on CPUs. The umbrella header.
+//   mpg/permute_grad.hpp  the op, typed C++ API and Eigen overloads (numerics stated there)
+//   mpg/routing.hpp       sorted_indices from routing decisions, and the forward permute
+//   mpg/aclnn.hpp         the vendor-style two-phase API
+#pragma once
+
+#include "mpg/aclnn.hpp"
+#include "mpg/options.hpp"
+#include "mpg/permute_grad.hpp"
+#include "mpg/routing.hpp"
+#include "mpg/status.hpp"
+#include "mpg/types.hpp"
+#include "mpg/version.hpp"
