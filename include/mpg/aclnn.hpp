@@ -147,8 +147,7 @@ inline mpg::Status as_matrix(const char* name, const Tensor& t, bool allow_3d,
       return error(ErrorCode::kShapeMismatch, name, " dim ", i, " = ", d[i], " must be >= 0");
     }
     if (s[i] < 0) {
-      return error(ErrorCode::kInvalidArgument, name, " stride ", i, " = ", s[i],
-                   " must be >= 0");
+      return error(ErrorCode::kInvalidArgument, name, " stride ", i, " = ", s[i], " must be >= 0");
     }
   }
   const size_t h = d.size() - 1;
@@ -233,9 +232,8 @@ inline Tensor* CreateTensor(const int64_t* view_dims, uint64_t num_dims, DataTyp
     return nullptr;
   }
   if (num_dims > 8 || offset < 0) {
-    detail::finish(detail::error(ErrorCode::kInvalidArgument, "CreateTensor: num_dims = ",
-                                 num_dims, " must be <= 8 and offset = ", offset,
-                                 " must be >= 0"));
+    detail::finish(detail::error(ErrorCode::kInvalidArgument, "CreateTensor: num_dims = ", num_dims,
+                                 " must be <= 8 and offset = ", offset, " must be >= 0"));
     return nullptr;
   }
   const auto element_size = [](DataType d) -> int64_t {
@@ -252,7 +250,9 @@ inline Tensor* CreateTensor(const int64_t* view_dims, uint64_t num_dims, DataTyp
   return new Tensor(std::move(dims), std::move(st), dtype, base);
 }
 
-inline void DestroyTensor(const Tensor* tensor) { delete tensor; }
+inline void DestroyTensor(const Tensor* tensor) {
+  delete tensor;
+}
 
 inline Status MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_output_grad,
                                                   const Tensor* sorted_indices, int64_t num_topk,
@@ -271,8 +271,8 @@ inline Status MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_output_
       !s.ok()) {
     return detail::finish(s);
   }
-  *workspace_size = mpg::detail::index_bitmap_bytes(problem.mode, problem.num_indices,
-                                                    problem.grad.rows);
+  *workspace_size =
+      mpg::detail::index_bitmap_bytes(problem.mode, problem.num_indices, problem.grad.rows);
   *executor = new Executor(problem, *workspace_size);
   detail::LiveExecutors::instance().add(*executor);
   return detail::finish({});
@@ -292,15 +292,17 @@ inline Status MoeTokenPermuteGrad(void* workspace, uint64_t workspace_size, Exec
   if (workspace_size < owned->workspace_size() ||
       (workspace == nullptr && owned->workspace_size() > 0)) {
     return detail::finish(detail::error(
-        ErrorCode::kWorkspaceTooSmall, "workspace ", workspace == nullptr ? "is null, " : "",
-        "of ", workspace_size, " bytes is smaller than the ", owned->workspace_size(),
+        ErrorCode::kWorkspaceTooSmall, "workspace ", workspace == nullptr ? "is null, " : "", "of ",
+        workspace_size, " bytes is smaller than the ", owned->workspace_size(),
         " bytes MoeTokenPermuteGradGetWorkspaceSize asked for"));
   }
-  return detail::finish(mpg::detail::execute(owned->problem(), static_cast<uint8_t*>(workspace),
-                                             Options{}));
+  return detail::finish(
+      mpg::detail::execute(owned->problem(), static_cast<uint8_t*>(workspace), Options{}));
 }
 
 // Why the last call on this thread failed; "" after a success.
-inline const char* GetLastErrorMessage() { return detail::last_error().c_str(); }
+inline const char* GetLastErrorMessage() {
+  return detail::last_error().c_str();
+}
 
 }  // namespace mpg::aclnn

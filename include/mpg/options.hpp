@@ -29,7 +29,8 @@ constexpr const char* name_of(Isa isa) {
 
 // Runs task(i) for every i in [0, num_tasks), in any order and on any threads, and returns when
 // all have finished. Lets a framework run mpg on its own thread pool.
-using ParallelFor = std::function<void(int64_t num_tasks, const std::function<void(int64_t)>& task)>;
+using ParallelFor =
+    std::function<void(int64_t num_tasks, const std::function<void(int64_t)>& task)>;
 
 struct Options {
   // Threads for the fast path. 0 = default: $MPG_NUM_THREADS if set, else the CPUs in this

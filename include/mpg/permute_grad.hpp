@@ -48,9 +48,9 @@ template <class Derived>
 MatrixView<const typename Derived::Scalar> view_of(const Eigen::DenseBase<Derived>& m) {
   static_assert(static_cast<bool>(Derived::IsRowMajor) || Derived::ColsAtCompileTime == 1,
                 "mpg: pass a row-major Eigen matrix (rows are tokens)");
-  static_assert(static_cast<bool>(int(Eigen::internal::traits<Derived>::Flags) &
-                                  Eigen::DirectAccessBit),
-                "mpg: the Eigen expression must have direct memory access (a Matrix, Map or Block)");
+  static_assert(
+      static_cast<bool>(int(Eigen::internal::traits<Derived>::Flags) & Eigen::DirectAccessBit),
+      "mpg: the Eigen expression must have direct memory access (a Matrix, Map or Block)");
   const auto& d = m.derived();
   return {d.data(), d.rows(), d.cols(), d.rows() > 1 ? d.outerStride() : d.cols()};
 }
@@ -59,8 +59,7 @@ MatrixView<const typename Derived::Scalar> view_of(const Eigen::DenseBase<Derive
 template <class Derived>
 MatrixView<typename Derived::Scalar> mutable_view_of(const Eigen::DenseBase<Derived>& m) {
   const auto view = view_of(m);
-  return {const_cast<typename Derived::Scalar*>(view.data), view.rows, view.cols,
-          view.row_stride};
+  return {const_cast<typename Derived::Scalar*>(view.data), view.rows, view.cols, view.row_stride};
 }
 
 template <class GradDerived, class I, class OutDerived>

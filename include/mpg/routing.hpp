@@ -94,8 +94,9 @@ Status route_padded(IndexView<E> expert_ids, int64_t num_topk, int64_t num_exper
   int64_t rows = 0;
   if (capacity < 0 || !detail::checked_mul(num_experts, capacity, &rows) ||
       rows > static_cast<int64_t>(std::numeric_limits<I>::max())) {
-    return detail::error(ErrorCode::kInvalidArgument, "capacity = ", capacity,
-                         " must be >= 0 with num_experts * capacity representable in the index type");
+    return detail::error(
+        ErrorCode::kInvalidArgument, "capacity = ", capacity,
+        " must be >= 0 with num_experts * capacity representable in the index type");
   }
   std::fill(used.begin(), used.end(), 0);
   sorted_indices->resize(static_cast<size_t>(expert_ids.size));
@@ -112,12 +113,11 @@ Status route_padded(IndexView<E> expert_ids, int64_t num_topk, int64_t num_exper
 // permuted is [R, H] (dropless) or [E*C, H] (padded), and rows no copy lands in (capacity
 // padding) are set to zero. Validated exactly like permute_grad, with permuted in G's place.
 template <class T, class I>
-Status permute(ConstMatrixView<T> tokens, IndexView<I> sorted_indices, int64_t num_topk,
-               Mode mode, MatrixView<T> permuted) {
-  const detail::Problem p = detail::make_problem(ConstMatrixView<T>(permuted), sorted_indices,
-                                                 num_topk, mode, MatrixView<T>(
-                                                     const_cast<T*>(tokens.data), tokens.rows,
-                                                     tokens.cols, tokens.row_stride));
+Status permute(ConstMatrixView<T> tokens, IndexView<I> sorted_indices, int64_t num_topk, Mode mode,
+               MatrixView<T> permuted) {
+  const detail::Problem p = detail::make_problem(
+      ConstMatrixView<T>(permuted), sorted_indices, num_topk, mode,
+      MatrixView<T>(const_cast<T*>(tokens.data), tokens.rows, tokens.cols, tokens.row_stride));
   if (Status s = detail::check_shapes(p); !s.ok()) return s;
   std::vector<uint8_t> bitmap(detail::index_bitmap_bytes(mode, sorted_indices.size, permuted.rows));
   if (Status s = detail::check_indices(sorted_indices, mode, permuted.rows, bitmap.data());

@@ -13,16 +13,16 @@ namespace mpg {
 //   every other error                   -> 161002 (ACLNN_ERR_PARAM_INVALID)
 enum class ErrorCode : int32_t {
   kOk = 0,
-  kNullPointer,         // a required tensor, data pointer, out-parameter or executor is null
-  kUnsupportedDtype,    // element dtype not float32/float16/bfloat16, index dtype not int32/int64
-  kDtypeMismatch,       // permuted_output_grad and out dtypes differ
-  kInvalidArgument,     // num_topk < 1, unsupported layout or option value
-  kShapeMismatch,       // wrong rank, len(S) % K != 0, out not [N, H], H differs, R > N*K
-  kIndexOutOfRange,     // an S value outside the mode's range (includes -1 in dropless mode)
-  kDuplicateIndex,      // an S value that appears twice
-  kOverlap,             // out shares memory with permuted_output_grad or sorted_indices
-  kWorkspaceTooSmall,   // workspace smaller than asked for, or null with a non-zero size
-  kUnsupportedIsa,      // a forced SIMD path the CPU (or this build) does not have
+  kNullPointer,        // a required tensor, data pointer, out-parameter or executor is null
+  kUnsupportedDtype,   // element dtype not float32/float16/bfloat16, index dtype not int32/int64
+  kDtypeMismatch,      // permuted_output_grad and out dtypes differ
+  kInvalidArgument,    // num_topk < 1, unsupported layout or option value
+  kShapeMismatch,      // wrong rank, len(S) % K != 0, out not [N, H], H differs, R > N*K
+  kIndexOutOfRange,    // an S value outside the mode's range (includes -1 in dropless mode)
+  kDuplicateIndex,     // an S value that appears twice
+  kOverlap,            // out shares memory with permuted_output_grad or sorted_indices
+  kWorkspaceTooSmall,  // workspace smaller than asked for, or null with a non-zero size
+  kUnsupportedIsa,     // a forced SIMD path the CPU (or this build) does not have
 };
 
 constexpr const char* name_of(ErrorCode code) {

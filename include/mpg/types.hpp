@@ -43,8 +43,12 @@ constexpr IndexType index_type_of() {
   return std::is_same_v<I, int32_t> ? IndexType::kInt32 : IndexType::kInt64;
 }
 
-constexpr int64_t size_of(DType dtype) { return dtype == DType::kFloat32 ? 4 : 2; }
-constexpr int64_t size_of(IndexType itype) { return itype == IndexType::kInt32 ? 4 : 8; }
+constexpr int64_t size_of(DType dtype) {
+  return dtype == DType::kFloat32 ? 4 : 2;
+}
+constexpr int64_t size_of(IndexType itype) {
+  return itype == IndexType::kInt32 ? 4 : 8;
+}
 
 constexpr const char* name_of(DType dtype) {
   switch (dtype) {
@@ -57,7 +61,9 @@ constexpr const char* name_of(DType dtype) {
 constexpr const char* name_of(IndexType itype) {
   return itype == IndexType::kInt32 ? "int32" : "int64";
 }
-constexpr const char* name_of(Mode mode) { return mode == Mode::kDropless ? "dropless" : "padded"; }
+constexpr const char* name_of(Mode mode) {
+  return mode == Mode::kDropless ? "dropless" : "padded";
+}
 
 // A rows x cols matrix whose rows start row_stride elements apart (columns are contiguous).
 // Offsets are 64-bit throughout: rows * row_stride routinely exceeds 2^31 on real models.

@@ -6,12 +6,12 @@
 
 // Internal invariants only; caller errors are Status values. MPG_ASSERT is always on (cheap,
 // off the hot path); MPG_DASSERT only in debug builds (inside kernels).
-#define MPG_ASSERT(cond)                                                                   \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
+#define MPG_ASSERT(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
       std::fprintf(stderr, "mpg internal error: %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                        \
-    }                                                                                      \
+      std::abort();                                                                       \
+    }                                                                                     \
   } while (0)
 
 #ifdef NDEBUG

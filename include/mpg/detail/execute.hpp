@@ -22,8 +22,8 @@ inline Status check_options(const Options& options) {
   }
   if (options.path != Path::kAuto && options.path != Path::kReference &&
       options.path != Path::kFast) {
-    return error(ErrorCode::kInvalidArgument, "options.path = ",
-                 static_cast<int>(options.path), " is not a Path value");
+    return error(ErrorCode::kInvalidArgument, "options.path = ", static_cast<int>(options.path),
+                 " is not a Path value");
   }
   if (options.isa != Isa::kAuto && options.isa != Isa::kPortable && options.isa != Isa::kAvx2 &&
       options.isa != Isa::kAvx512) {

@@ -34,7 +34,9 @@ GatherSumKernel<T, I> select_kernel(Isa isa) {
   return &portable::gather_sum<T, I, M>;
 }
 
-inline Isa resolve_isa(Isa requested) { return requested == Isa::kAuto ? best_isa() : requested; }
+inline Isa resolve_isa(Isa requested) {
+  return requested == Isa::kAuto ? best_isa() : requested;
+}
 
 // SIMD kernels over a deterministic partition: each out row is computed by one thread, in
 // ascending k, so the bits do not depend on the number of threads or who ran which chunk.
@@ -56,12 +58,14 @@ void fast_permute_grad(ConstMatrixView<T> grad, IndexView<I> indices, int64_t nu
   args.streaming_stores = out_bytes >= kStreamingStoreBytes;
   const GatherSumKernel<T, I> kernel = select_kernel<T, I, M>(resolve_isa(options.isa));
 
-  // Upper bound of bytes moved: every copy kept.
-  const int64_t bytes = out_bytes * (num_topk + 1);
-  const int64_t threads = std::clamp<int64_t>(
-      std::min<int64_t>(options.num_threads > 0 ? options.num_threads : default_num_threads(),
-                        bytes / kMinBytesPerThread),
-      1, num_tokens);
+  // An explicit thread count is obeyed (capped at one token per thread); the default is capped
+  // further so that each thread gets enough bytes (upper bound: every copy kept) to pay its way.
+  int64_t threads = options.num_threads;
+  if (threads == 0) {
+    threads =
+        std::min<int64_t>(default_num_threads(), out_bytes * (num_topk + 1) / kMinBytesPerThread);
+  }
+  threads = std::clamp<int64_t>(threads, 1, num_tokens);
   if (threads == 1 && !options.parallel_for) {
     const ScopedIeeeFpEnv ieee;
     kernel(args, 0, num_tokens);

@@ -28,8 +28,8 @@ inline bool any_row_intersects(const ByteRows& v, uintptr_t lo, uintptr_t hi) {
   const auto s = v.stride_bytes;
   const auto rel_hi = static_cast<int64_t>(hi - v.begin);  // hi > v.begin is checked below
   if (hi <= v.begin) return false;
-  const int64_t rel_lo = lo >= v.begin ? static_cast<int64_t>(lo - v.begin)
-                                       : -static_cast<int64_t>(v.begin - lo);
+  const int64_t rel_lo =
+      lo >= v.begin ? static_cast<int64_t>(lo - v.begin) : -static_cast<int64_t>(v.begin - lo);
   const int64_t first_after = rel_lo - v.row_bytes;  // need i*s > first_after
   const int64_t i_min = first_after < 0 ? 0 : first_after / s + 1;
   const int64_t i_max = std::min<int64_t>((rel_hi - 1) / s, v.rows - 1);  // need i*s < rel_hi

@@ -54,8 +54,8 @@ class ThreadPool {
 
   // Runs task(i) for i in [0, num_tasks) on up to num_threads threads, the caller being one.
   void run(int num_threads, int64_t num_tasks, const std::function<void(int64_t)>& task) {
-    const int helpers = static_cast<int>(
-        std::min<int64_t>(std::max(num_threads, 1), num_tasks) - 1);
+    const int helpers =
+        static_cast<int>(std::min<int64_t>(std::max(num_threads, 1), num_tasks) - 1);
     std::unique_lock<std::mutex> region(region_mutex_, std::try_to_lock);
     if (helpers <= 0 || !region.owns_lock()) {
       for (int64_t i = 0; i < num_tasks; ++i) task(i);

@@ -53,8 +53,7 @@ ConstMatrixView<T> grad_view(const Problem& p) {
 template <class T>
 MatrixView<T> out_view(const Problem& p) {
   // The caller handed out as writable memory; Problem only erased its type.
-  return {static_cast<T*>(const_cast<void*>(p.out.data)), p.out.rows, p.out.cols,
-          p.out.row_stride};
+  return {static_cast<T*>(const_cast<void*>(p.out.data)), p.out.rows, p.out.cols, p.out.row_stride};
 }
 template <class I>
 IndexView<I> index_view(const Problem& p) {

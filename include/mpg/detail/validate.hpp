@@ -53,8 +53,8 @@ inline Status check_matrix(const char* name, const Problem::Matrix& m, int64_t e
                  "]: dimensions must be >= 0");
   }
   if (m.data == nullptr && !m.empty()) {
-    return error(ErrorCode::kNullPointer, name, " data is null but the tensor has ", m.rows,
-                 " x ", m.cols, " elements");
+    return error(ErrorCode::kNullPointer, name, " data is null but the tensor has ", m.rows, " x ",
+                 m.cols, " elements");
   }
   if (m.rows > 1 && m.row_stride < m.cols) {
     return error(ErrorCode::kInvalidArgument, name, " row stride ", m.row_stride,
@@ -80,8 +80,8 @@ inline Status check_shapes(const Problem& p) {
                  " elements: must be in [0, 2^63 / ", index_size, ")");
   }
   if (p.indices == nullptr && p.num_indices > 0) {
-    return error(ErrorCode::kNullPointer, "sorted_indices data is null but it has ",
-                 p.num_indices, " elements");
+    return error(ErrorCode::kNullPointer, "sorted_indices data is null but it has ", p.num_indices,
+                 " elements");
   }
   if (p.topk < 1) {
     return error(ErrorCode::kInvalidArgument, "num_topk = ", p.topk, " must be >= 1");
@@ -92,8 +92,8 @@ inline Status check_shapes(const Problem& p) {
   }
   if (p.out.rows != p.num_tokens()) {
     return error(ErrorCode::kShapeMismatch, "out has ", p.out.rows,
-                 " rows but must have N = len(sorted_indices) / num_topk = ", p.num_indices,
-                 " / ", p.topk, " = ", p.num_tokens());
+                 " rows but must have N = len(sorted_indices) / num_topk = ", p.num_indices, " / ",
+                 p.topk, " = ", p.num_tokens());
   }
   if (p.out.cols != p.grad.cols) {
     return error(ErrorCode::kShapeMismatch, "out has hidden size ", p.out.cols,
@@ -107,8 +107,8 @@ inline Status check_shapes(const Problem& p) {
   if (overlaps(out_bytes, byte_rows(p.grad, p.elem_size()))) {
     return error(ErrorCode::kOverlap, "out overlaps permuted_output_grad in memory");
   }
-  const ByteRows index_bytes{reinterpret_cast<uintptr_t>(p.indices), 1,
-                             p.num_indices * index_size, 0};
+  const ByteRows index_bytes{reinterpret_cast<uintptr_t>(p.indices), 1, p.num_indices * index_size,
+                             0};
   if (overlaps(out_bytes, index_bytes)) {
     return error(ErrorCode::kOverlap, "out overlaps sorted_indices in memory");
   }
