@@ -7,6 +7,11 @@
 // x86-64 GCC/Clang build, whatever -march says; the CPU is asked at run time which may run.
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define MPG_HAVE_X86_KERNELS 1
+#include <cpuid.h>
+// Function attributes that let one translation unit hold code for several ISAs. Everything the
+// intrinsics are inlined into must carry the same attribute (lambdas do not inherit it).
+#define MPG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
+#define MPG_TARGET_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl")))
 #else
 #define MPG_HAVE_X86_KERNELS 0
 #endif
@@ -22,7 +27,10 @@ inline CpuFeatures detect_cpu_features() {
   CpuFeatures f;
 #if MPG_HAVE_X86_KERNELS
   __builtin_cpu_init();
-  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C through CPUID leaf 1: clang 14's __builtin_cpu_supports does not know "f16c".
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  f.avx2 = __builtin_cpu_supports("avx2") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
 #endif

@@ -8,6 +8,8 @@
 #include "mpg/detail/cpu.hpp"
 #include "mpg/detail/fp_env.hpp"
 #include "mpg/detail/kernel_args.hpp"
+#include "mpg/detail/kernel_avx2.hpp"
+#include "mpg/detail/kernel_avx512.hpp"
 #include "mpg/detail/kernel_portable.hpp"
 #include "mpg/detail/parallel.hpp"
 #include "mpg/options.hpp"
@@ -23,11 +25,18 @@ inline constexpr int64_t kTasksPerThread = 16;
 // Outputs at least this large bypass the cache on store (they are not read back by this call).
 inline constexpr int64_t kStreamingStoreBytes = int64_t{8} << 20;
 
+// The one ISA dispatch point. isa is resolved (not kAuto) and supported by this CPU: execute.hpp
+// rejects a forced ISA the CPU lacks before anything runs.
 template <class T, class I, Mode M>
 GatherSumKernel<T, I> select_kernel(Isa isa) {
   switch (isa) {
+#if MPG_HAVE_X86_KERNELS
+    case Isa::kAvx512: return &avx512::gather_sum<T, I, M>;
+    case Isa::kAvx2: return &avx2::gather_sum<T, I, M>;
+#else
     case Isa::kAvx512:
     case Isa::kAvx2:
+#endif
     case Isa::kAuto:
     case Isa::kPortable: break;
   }

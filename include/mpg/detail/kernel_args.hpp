@@ -2,7 +2,9 @@
 #include "mpg/detail/guard.hpp"
 
 #include <cstdint>
+#include <vector>
 
+#include "mpg/detail/mode.hpp"
 #include "mpg/types.hpp"
 
 namespace mpg::detail {
@@ -26,5 +28,40 @@ struct GatherSumArgs {
 template <class T, class I>
 using GatherSumKernel = void (*)(const GatherSumArgs<T, I>& args, int64_t token_begin,
                                  int64_t token_end);
+
+// The G rows of one token's kept copies, in ascending k. Gathered once per token, so the
+// column-block loops of the kernels neither re-read S nor branch on dropped copies.
+template <class T>
+class KeptRows {
+ public:
+  explicit KeptRows(int64_t topk) {
+    if (topk > kInline) heap_.resize(static_cast<size_t>(topk));
+    rows_ = topk > kInline ? heap_.data() : inline_;
+  }
+  KeptRows(const KeptRows&) = delete;
+  KeptRows& operator=(const KeptRows&) = delete;
+
+  template <Mode M, class I>
+  void gather(const GatherSumArgs<T, I>& a, int64_t token) {
+    const I* s = a.indices + token * a.topk;
+    count_ = 0;
+    for (int64_t k = 0; k < a.topk; ++k) {
+      if (ModeTraits<M>::kept(s[k], a.grad_rows)) {
+        rows_[count_++] = a.grad + static_cast<int64_t>(s[k]) * a.grad_stride;
+      }
+    }
+  }
+  void clear() { count_ = 0; }
+
+  const T* const* rows() const { return rows_; }
+  int64_t count() const { return count_; }
+
+ private:
+  static constexpr int64_t kInline = 32;  // top-k beyond this is rare; it costs one allocation
+  const T* inline_[kInline];
+  std::vector<const T*> heap_;
+  const T** rows_ = nullptr;
+  int64_t count_ = 0;
+};
 
 }  // namespace mpg::detail

@@ -11,28 +11,34 @@ namespace mpg::detail::portable {
 // Columns per block: the fp32 accumulators of one block stay in L1 while all K rows are added.
 inline constexpr int64_t kBlock = 256;
 
+// out[h] for h in [h_begin, h_end) from the kept rows of one token. Also the scalar tail of the
+// AVX2 kernel, so both narrow through the same (Eigen, exactly rounding) scalar conversions.
+template <class T>
+void sum_columns(const T* const* rows, int64_t num_rows, T* out, int64_t h_begin, int64_t h_end) {
+  float acc[kBlock];
+  for (int64_t h0 = h_begin; h0 < h_end; h0 += kBlock) {
+    const int64_t n = h_end - h0 < kBlock ? h_end - h0 : kBlock;
+    if (num_rows > 0) {
+      // The first copy is assigned, not added to +0, so a lone -0.0 survives.
+      for (int64_t h = 0; h < n; ++h) acc[h] = static_cast<float>(rows[0][h0 + h]);
+    } else {
+      for (int64_t h = 0; h < n; ++h) acc[h] = 0.0f;
+    }
+    for (int64_t k = 1; k < num_rows; ++k) {
+      const T* g = rows[k] + h0;
+      for (int64_t h = 0; h < n; ++h) acc[h] += static_cast<float>(g[h]);
+    }
+    for (int64_t h = 0; h < n; ++h) out[h0 + h] = static_cast<T>(acc[h]);
+  }
+}
+
 // Plain C++ for any CPU: the last fallback of the ISA dispatch.
 template <class T, class I, Mode M>
 void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token_end) {
-  float acc[kBlock];
+  KeptRows<T> kept(a.topk);
   for (int64_t t = token_begin; t < token_end; ++t) {
-    const I* s = a.indices + t * a.topk;
-    T* out_row = a.out + t * a.out_stride;
-    for (int64_t h0 = 0; h0 < a.hidden; h0 += kBlock) {
-      const int64_t n = a.hidden - h0 < kBlock ? a.hidden - h0 : kBlock;
-      if (ModeTraits<M>::kept(s[0], a.grad_rows)) {
-        const T* g = a.grad + static_cast<int64_t>(s[0]) * a.grad_stride + h0;
-        for (int64_t h = 0; h < n; ++h) acc[h] = static_cast<float>(g[h]);
-      } else {
-        for (int64_t h = 0; h < n; ++h) acc[h] = 0.0f;
-      }
-      for (int64_t k = 1; k < a.topk; ++k) {
-        if (!ModeTraits<M>::kept(s[k], a.grad_rows)) continue;
-        const T* g = a.grad + static_cast<int64_t>(s[k]) * a.grad_stride + h0;
-        for (int64_t h = 0; h < n; ++h) acc[h] += static_cast<float>(g[h]);
-      }
-      for (int64_t h = 0; h < n; ++h) out_row[h0 + h] = static_cast<T>(acc[h]);
-    }
+    kept.template gather<M>(a, t);
+    sum_columns(kept.rows(), kept.count(), a.out + t * a.out_stride, 0, a.hidden);
   }
 }
 
