@@ -1,0 +1,432 @@
+// libFuzzer target over the two-phase API (mpg/aclnn.hpp). Bytes decode into tensor descriptors
+// (shapes, dtypes incl. invalid ones, strides, offsets), placements inside one shared arena (so
+// out may alias grad or the indices), index values (mostly valid, sometimes corrupted) and data.
+//
+// Checked on every input: no crash or sanitizer report; a status in {0, 161001, 161002}; on an
+// error, not one byte of the arena changed (guards at both ends included); on success, only the
+// bytes of out's elements changed (row gaps and guards keep the sentinel), out equals
+// mpg::permute_grad with Path::kReference bit for bit, and out shared no byte with grad or the
+// indices (brute-force byte sets); a consumed executor is rejected.
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpg/aclnn.hpp"
+#include "mpg/permute_grad.hpp"
+
+namespace {
+
+namespace acl = mpg::aclnn;
+
+constexpr uint8_t kSentinel = 0xA5;
+constexpr int64_t kGuardBytes = 64;  // > 3 offset elements * 8 bytes: pointers stay in the arena
+
+#define FUZZ_CHECK(cond)                                                                       \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      std::fprintf(stderr, "FUZZ_CHECK failed: %s (%s:%d)\nlast error: %s\n", #cond, __FILE__, \
+                   __LINE__, acl::GetLastErrorMessage());                                      \
+      std::abort();                                                                            \
+    }                                                                                          \
+  } while (0)
+
+// One tensor as the fuzzer described it to CreateTensor, plus where it lives in the arena.
+struct Desc {
+  std::vector<int64_t> dims;
+  std::vector<int64_t> strides;  // what is passed (explicit) or the row-major default
+  bool explicit_strides = false;
+  acl::DataType dtype = acl::DataType::kFloat;
+  int64_t offset = 0;      // elements, as passed to CreateTensor
+  int64_t position = 0;    // byte offset of the data argument inside the arena
+  bool null_data = false;  // pass data = nullptr
+  bool null_tensor = false;
+};
+
+int64_t element_size(acl::DataType d) {
+  switch (d) {
+    case acl::DataType::kFloat:
+    case acl::DataType::kInt32: return 4;
+    case acl::DataType::kInt64: return 8;
+    default: return 2;  // what CreateTensor assumes for fp16, bf16 and unknown dtypes
+  }
+}
+
+bool is_element_dtype(acl::DataType d) {
+  return d == acl::DataType::kFloat || d == acl::DataType::kFloat16 ||
+         d == acl::DataType::kBFloat16;
+}
+
+acl::DataType pick_dtype(FuzzedDataProvider& in, bool index) {
+  const uint8_t choice = in.ConsumeIntegralInRange<uint8_t>(0, 15);
+  if (choice < 12) {
+    if (index) return choice < 6 ? acl::DataType::kInt32 : acl::DataType::kInt64;
+    return choice < 4 ? acl::DataType::kFloat
+                      : (choice < 8 ? acl::DataType::kFloat16 : acl::DataType::kBFloat16);
+  }
+  static constexpr int32_t kOthers[] = {0, 1, 2, 3, 9, 27, -1, 1000};
+  return static_cast<acl::DataType>(kOthers[in.ConsumeIntegralInRange<int>(0, 7)]);
+}
+
+// Row-major strides for dims, then (sometimes) fuzzed ones: wider rows, an odd hidden stride.
+void pick_strides(FuzzedDataProvider& in, Desc* d) {
+  const size_t rank = d->dims.size();
+  d->strides.assign(rank, 1);
+  for (size_t i = rank; i-- > 1;)
+    d->strides[i - 1] = d->strides[i] * std::max<int64_t>(d->dims[i], 1);
+  d->explicit_strides = in.ConsumeBool();
+  if (!d->explicit_strides || rank == 0) return;
+  const uint8_t how = in.ConsumeIntegralInRange<uint8_t>(0, 7);
+  if (rank >= 2) {
+    const int64_t gap = in.ConsumeIntegralInRange<int64_t>(0, 5);
+    d->strides[rank - 2] += gap;
+    if (rank == 3) d->strides[0] = d->strides[1] * std::max<int64_t>(d->dims[1], 1);
+  }
+  if (how == 1) d->strides[rank - 1] = in.ConsumeIntegralInRange<int64_t>(0, 3);
+  if (how == 2) d->strides[0] = in.ConsumeIntegralInRange<int64_t>(-2, 12);
+  if (how == 3 && rank == 3) d->strides[0] += in.ConsumeIntegralInRange<int64_t>(-3, 3);
+}
+
+// Byte offset (from the arena start) of element idx of d, or -1 for a negative address.
+int64_t element_byte(const Desc& d, const std::vector<int64_t>& idx) {
+  const int64_t es = element_size(d.dtype);
+  int64_t e = d.offset;
+  for (size_t i = 0; i < idx.size(); ++i) e += idx[i] * d.strides[i];
+  return d.position + e * es;
+}
+
+int64_t num_elements(const Desc& d) {
+  int64_t n = 1;
+  for (int64_t x : d.dims) n *= x;
+  return n;
+}
+
+// Calls f(byte offset) for every element of d (small tensors only).
+template <class F>
+void for_each_element(const Desc& d, F f) {
+  if (d.dims.empty() || num_elements(d) <= 0) return;
+  std::vector<int64_t> idx(d.dims.size(), 0);
+  for (;;) {
+    f(idx, element_byte(d, idx));
+    size_t i = idx.size();
+    while (i-- > 0) {
+      if (++idx[i] < d.dims[i]) break;
+      idx[i] = 0;
+      if (i == 0) return;
+    }
+  }
+}
+
+// Largest byte (exclusive) any element of d reaches, assuming non-negative strides.
+int64_t max_byte(const Desc& d) {
+  int64_t hi = d.position + (d.offset + 1) * 8;
+  for_each_element(d, [&](const std::vector<int64_t>&, int64_t b) {
+    hi = std::max(hi, b + element_size(d.dtype));
+  });
+  return hi;
+}
+
+struct Arena {
+  std::vector<uint64_t> words;  // 8-byte aligned storage
+  int64_t size = 0;
+  uint8_t* bytes() { return reinterpret_cast<uint8_t*>(words.data()); }
+};
+
+template <class T>
+bool same_bits_or_both_nan(T a, T b) {
+  if (std::memcmp(&a, &b, sizeof(T)) == 0) return true;
+  return std::isnan(static_cast<float>(a)) && std::isnan(static_cast<float>(b));
+}
+
+// Reference result for out from a snapshot of the arena: rows of grad gathered with the
+// fuzzer's own addressing into a contiguous copy, then mpg::permute_grad on Path::kReference.
+template <class T, class I>
+void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_t topk, bool padded,
+                             const uint8_t* before, const uint8_t* after, acl::Status phase2,
+                             const std::string& phase2_message) {
+  const int64_t hidden = g.dims.back();
+  const int64_t rows = g.dims.size() == 3 ? g.dims[0] * g.dims[1] : g.dims[0];
+  std::vector<T> grad(static_cast<size_t>(std::max<int64_t>(rows * hidden, 1)));
+  for_each_element(g, [&](const std::vector<int64_t>& idx, int64_t b) {
+    const int64_t r = idx.size() == 3 ? idx[0] * g.dims[1] + idx[1] : idx[0];
+    std::memcpy(&grad[r * hidden + idx.back()], before + b, sizeof(T));
+  });
+  const int64_t n = s.dims[0];
+  std::vector<I> indices(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  for_each_element(s, [&](const std::vector<int64_t>& idx, int64_t b) {
+    std::memcpy(&indices[idx[0]], before + b, sizeof(I));
+  });
+  const int64_t tokens = o.dims[0];
+  std::vector<T> expected(static_cast<size_t>(std::max<int64_t>(tokens * hidden, 1)));
+  mpg::Options options;
+  options.path = mpg::Path::kReference;
+  const mpg::Status ref =
+      mpg::permute_grad<T, I>({grad.data(), rows, hidden}, {indices.data(), n}, topk,
+                              padded ? mpg::Mode::kPadded : mpg::Mode::kDropless,
+                              {expected.data(), tokens, hidden}, options);
+  // Phase two and the typed API check index values alike.
+  FUZZ_CHECK(ref.ok() == (phase2 == acl::kSuccess));
+  if (!ref.ok()) {
+    FUZZ_CHECK(mpg::to_aclnn_status(ref.code()) == phase2);
+    FUZZ_CHECK(ref.message() == phase2_message);
+    return;
+  }
+  if (std::getenv("MPG_FUZZ_VERBOSE") != nullptr) {
+    for (const Desc* d : {&g, &s, &o}) {
+      std::fprintf(stderr, "dtype %d offset %lld position %lld dims/strides", static_cast<int>(d->dtype),
+                   static_cast<long long>(d->offset), static_cast<long long>(d->position));
+      for (size_t i = 0; i < d->dims.size(); ++i) {
+        std::fprintf(stderr, " %lld/%lld", static_cast<long long>(d->dims[i]),
+                     static_cast<long long>(d->strides[i]));
+      }
+      std::fprintf(stderr, "\n");
+    }
+    std::fprintf(stderr, "padded %d topk %lld indices", padded, static_cast<long long>(topk));
+    for (I v : indices) std::fprintf(stderr, " %lld", static_cast<long long>(v));
+    std::fprintf(stderr, "\n");
+  }
+  for_each_element(o, [&](const std::vector<int64_t>& idx, int64_t b) {
+    T got;
+    std::memcpy(&got, after + b, sizeof(T));
+    if (std::getenv("MPG_FUZZ_VERBOSE") != nullptr) {
+      std::fprintf(stderr, "out[%lld][%lld] got %g expected %g\n", static_cast<long long>(idx[0]),
+                   static_cast<long long>(idx[1]), static_cast<double>(static_cast<float>(got)),
+                   static_cast<double>(static_cast<float>(expected[idx[0] * hidden + idx[1]])));
+    }
+    FUZZ_CHECK(same_bits_or_both_nan(got, expected[idx[0] * hidden + idx[1]]));
+  });
+}
+
+template <class T>
+void dispatch_index(const Desc& g, const Desc& s, const Desc& o, int64_t topk, bool padded,
+                    const uint8_t* before, const uint8_t* after, acl::Status phase2,
+                    const std::string& phase2_message) {
+  if (s.dtype == acl::DataType::kInt32) {
+    check_against_reference<T, int32_t>(g, s, o, topk, padded, before, after, phase2,
+                                        phase2_message);
+  } else {
+    check_against_reference<T, int64_t>(g, s, o, topk, padded, before, after, phase2,
+                                        phase2_message);
+  }
+}
+
+// Index values: a valid permutation (dropless) or distinct rows and -1s (padded), shuffled by
+// the input, then sometimes a few entries overwritten with arbitrary values.
+std::vector<int64_t> pick_indices(FuzzedDataProvider& in, int64_t n, int64_t grad_rows,
+                                  bool padded) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  if (!padded) {
+    for (int64_t i = 0; i < n; ++i) v[i] = i;
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = i < grad_rows && in.ConsumeIntegralInRange(0, 3) ? i : -1;
+  }
+  for (int64_t i = n - 1; i > 0; --i) std::swap(v[i], v[in.ConsumeIntegralInRange<int64_t>(0, i)]);
+  const int corruptions = in.ConsumeIntegralInRange(0, 7) < 6 ? 0 : in.ConsumeIntegralInRange(1, 3);
+  for (int c = 0; c < corruptions && n > 0; ++c) {
+    static constexpr int64_t kSpecial[] = {
+        -1, -2, 0, int64_t{1} << 31, -(int64_t{1} << 31) - 1, std::numeric_limits<int64_t>::min()};
+    const int64_t pos = in.ConsumeIntegralInRange<int64_t>(0, n - 1);
+    v[pos] = in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(-2, grad_rows + n + 1)
+                              : kSpecial[in.ConsumeIntegralInRange(0, 5)];
+  }
+  return v;
+}
+
+void run(FuzzedDataProvider& in) {
+  const bool padded = in.ConsumeBool();
+  int64_t topk = in.ConsumeIntegralInRange<int64_t>(1, 4);
+  if (in.ConsumeIntegralInRange(0, 15) == 0) topk = in.ConsumeIntegralInRange<int64_t>(-2, 6);
+  const int64_t tokens = in.ConsumeIntegralInRange<int64_t>(0, 6);
+  const int64_t hidden = in.ConsumeIntegralInRange<int64_t>(0, 40);
+  const int64_t num_indices =
+      tokens * std::max<int64_t>(topk, 1) + (in.ConsumeIntegralInRange(0, 15) == 0 ? 1 : 0);
+
+  Desc g, s, o;
+  g.dtype = pick_dtype(in, false);
+  o.dtype = in.ConsumeIntegralInRange(0, 15) == 0 ? pick_dtype(in, false) : g.dtype;
+  s.dtype = pick_dtype(in, true);
+
+  // grad rows: dropless R in [0, N*K] (sometimes one more); padded E*C as [E*C, H] or [E, C, H].
+  const bool grad_3d = padded && in.ConsumeBool();
+  int64_t grad_rows = 0;
+  if (padded) {
+    const int64_t experts = in.ConsumeIntegralInRange<int64_t>(0, 4);
+    const int64_t capacity = in.ConsumeIntegralInRange<int64_t>(0, 6);
+    grad_rows = experts * capacity;
+    g.dims = grad_3d ? std::vector<int64_t>{experts, capacity, hidden}
+                     : std::vector<int64_t>{grad_rows, hidden};
+  } else {
+    grad_rows = in.ConsumeIntegralInRange<int64_t>(0, num_indices + 1);
+    g.dims = {grad_rows, hidden};
+  }
+  o.dims = {tokens, hidden};
+  s.dims = {num_indices};
+  switch (in.ConsumeIntegralInRange(0, 31)) {  // rare shape misuse
+    case 0: o.dims[1] += 1; break;
+    case 1: o.dims[0] += 1; break;
+    case 2: g.dims.push_back(1); break;
+    case 3: s.dims.push_back(1); break;
+    case 4: o.dims = {tokens * std::max<int64_t>(hidden, 1)}; break;
+    case 5: g.dims[0] = -1; break;
+    case 6:  // huge but empty: must not be allocated or scanned
+      if (hidden == 0 && padded && !grad_3d) g.dims[0] = (int64_t{1} << 40) + 3;
+      break;
+    default: break;
+  }
+  pick_strides(in, &g);
+  pick_strides(in, &o);
+  s.strides.assign(s.dims.size(), 1);
+  if (s.dims.size() == 2) s.strides[0] = s.dims[1];
+  if (in.ConsumeIntegralInRange(0, 15) == 0) {
+    s.explicit_strides = true;
+    s.strides[0] = in.ConsumeIntegralInRange<int64_t>(0, 2);
+  }
+  for (Desc* d : {&g, &s, &o}) {
+    d->offset = in.ConsumeIntegralInRange<int64_t>(0, 3);
+    d->null_data = in.ConsumeIntegralInRange(0, 31) == 0;
+    d->null_tensor = in.ConsumeIntegralInRange(0, 63) == 0;
+  }
+
+  // Placement: each tensor at its own region, except that out sometimes lands on grad or the
+  // indices. Positions are multiples of 8 so every element is aligned for its type.
+  const auto align8 = [](int64_t x) { return (x + 7) / 8 * 8; };
+  g.position = kGuardBytes;
+  s.position = align8(max_byte(g) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  o.position = align8(max_byte(s) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  const uint8_t alias = in.ConsumeIntegralInRange<uint8_t>(0, 7);
+  if (alias == 1) o.position = g.position + in.ConsumeIntegralInRange<int64_t>(0, 8) * 8;
+  if (alias == 2) o.position = s.position + in.ConsumeIntegralInRange<int64_t>(0, 3) * 8;
+  if (alias == 3)
+    o.position = std::max<int64_t>(8, g.position - 8 * in.ConsumeIntegralInRange<int64_t>(0, 4));
+  const bool huge = g.dims[0] > (int64_t{1} << 32);
+  Arena arena;
+  {
+    int64_t end = 0;
+    for (const Desc* d : {&g, &s, &o}) {
+      Desc bounded = *d;  // a negative stride never gets past validation: size as if 0
+      for (int64_t& x : bounded.strides) x = std::max<int64_t>(x, 0);
+      if (huge && d == &g) bounded.dims[0] = 1;
+      end = std::max(end, max_byte(bounded));
+    }
+    arena.size = align8(end) + kGuardBytes;
+    arena.words.assign(static_cast<size_t>(arena.size / 8), 0);
+    std::memset(arena.bytes(), kSentinel, static_cast<size_t>(arena.size));
+  }
+
+  // Data: grad elements from the input's raw bits (NaN, inf and subnormals included).
+  if (!huge && is_element_dtype(g.dtype)) {
+    const int64_t es = element_size(g.dtype);
+    for_each_element(g, [&](const std::vector<int64_t>&, int64_t b) {
+      if (b < 0 || b + es > arena.size) return;
+      const uint32_t bits = in.ConsumeIntegral<uint32_t>();
+      std::memcpy(arena.bytes() + b, &bits, static_cast<size_t>(es));
+    });
+  }
+  {
+    const std::vector<int64_t> values = pick_indices(in, num_indices, grad_rows, padded);
+    const int64_t es = s.dtype == acl::DataType::kInt64 ? 8 : 4;
+    for_each_element(s, [&](const std::vector<int64_t>& idx, int64_t b) {
+      if (b < 0 || b + es > arena.size || idx[0] >= static_cast<int64_t>(values.size())) return;
+      if (es == 8) {
+        std::memcpy(arena.bytes() + b, &values[idx[0]], 8);
+      } else {
+        const auto v32 = static_cast<int32_t>(values[idx[0]]);
+        std::memcpy(arena.bytes() + b, &v32, 4);
+      }
+    });
+  }
+
+  const std::vector<uint8_t> before(arena.bytes(), arena.bytes() + arena.size);
+  const auto make = [&](const Desc& d) -> acl::Tensor* {
+    if (d.null_tensor) return nullptr;
+    void* data = d.null_data ? nullptr : arena.bytes() + d.position;
+    return acl::CreateTensor(d.dims.data(), d.dims.size(), d.dtype,
+                             d.explicit_strides ? d.strides.data() : nullptr, d.offset, data);
+  };
+  acl::Tensor* grad_t = make(g);
+  acl::Tensor* index_t = make(s);
+  acl::Tensor* out_t = make(o);
+
+  uint64_t workspace_size = 0;
+  acl::Executor* executor = reinterpret_cast<acl::Executor*>(&workspace_size);  // must be reset
+  const acl::Status phase1 = acl::MoeTokenPermuteGradGetWorkspaceSize(
+      grad_t, index_t, topk, padded, out_t, &workspace_size, &executor);
+  acl::DestroyTensor(grad_t);
+  acl::DestroyTensor(index_t);
+  acl::DestroyTensor(out_t);
+  FUZZ_CHECK(phase1 == acl::kSuccess || phase1 == acl::kErrParamNullptr ||
+             phase1 == acl::kErrParamInvalid);
+  if (phase1 != acl::kSuccess) {
+    FUZZ_CHECK(executor == nullptr);
+    FUZZ_CHECK(std::strlen(acl::GetLastErrorMessage()) > 0);
+    FUZZ_CHECK(std::memcmp(before.data(), arena.bytes(), before.size()) == 0);
+    return;
+  }
+  FUZZ_CHECK(executor != nullptr);
+  FUZZ_CHECK(std::strlen(acl::GetLastErrorMessage()) == 0);
+
+  // Workspace: as asked, or (rarely, and always when too big to allocate here) too small.
+  const bool short_workspace = workspace_size > (uint64_t{1} << 20) ||
+                               (workspace_size > 0 && in.ConsumeIntegralInRange(0, 15) == 0);
+  std::vector<uint8_t> workspace(short_workspace ? 0 : workspace_size + 1, kSentinel);
+  const acl::Status phase2 =
+      acl::MoeTokenPermuteGrad(workspace.empty() ? nullptr : workspace.data(),
+                               short_workspace ? 0 : workspace_size, executor);
+  const std::string phase2_message = acl::GetLastErrorMessage();
+  FUZZ_CHECK(phase2 == acl::kSuccess || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(!short_workspace || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(acl::MoeTokenPermuteGrad(nullptr, 0, executor) == acl::kErrParamInvalid);
+  if (!workspace.empty()) FUZZ_CHECK(workspace.back() == kSentinel);  // nothing past the size
+
+  // Bytes out's elements may write; every other byte must be as it was.
+  std::vector<bool> out_bytes(static_cast<size_t>(arena.size), false);
+  const int64_t es = element_size(o.dtype);
+  for_each_element(o, [&](const std::vector<int64_t>&, int64_t b) {
+    FUZZ_CHECK(b >= 0 && b + es <= arena.size);
+    for (int64_t i = 0; i < es; ++i) out_bytes[b + i] = true;
+  });
+  for (int64_t i = 0; i < arena.size; ++i) {
+    if (phase2 != acl::kSuccess || !out_bytes[i]) FUZZ_CHECK(arena.bytes()[i] == before[i]);
+  }
+  if (phase2 == acl::kSuccess) {  // an accepted call had no overlap, byte for byte
+    for (const Desc* d : {&g, &s}) {
+      const int64_t des = element_size(d->dtype);
+      for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
+        for (int64_t i = 0; i < des; ++i) FUZZ_CHECK(!out_bytes[b + i]);
+      });
+    }
+  }
+  if (short_workspace) return;
+  switch (g.dtype) {
+    case acl::DataType::kFloat:
+      dispatch_index<float>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
+                            phase2_message);
+      break;
+    case acl::DataType::kFloat16:
+      dispatch_index<mpg::half>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
+                                phase2_message);
+      break;
+    case acl::DataType::kBFloat16:
+      dispatch_index<mpg::bfloat16>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
+                                    phase2_message);
+      break;
+    default: FUZZ_CHECK(false);  // phase one accepted a dtype it does not support
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  run(in);
+  return 0;
+}
