@@ -37,8 +37,8 @@ if(MODE STREQUAL "find_package")
        ${prefix}/*/mpgTargets.cmake)
   list(LENGTH config_files num_config_files)
   if(NOT EXISTS ${prefix}/include/mpg/mpg.hpp OR NOT EXISTS ${prefix}/include/mpg/detail
-     OR NOT num_config_files EQUAL 3)
-    message(FATAL_ERROR "install to ${prefix} is missing headers or package files")
+     OR NOT EXISTS ${prefix}/share/licenses/mpg/LICENSE OR NOT num_config_files EQUAL 3)
+    message(FATAL_ERROR "install to ${prefix} is missing headers, LICENSE or package files")
   endif()
   run_step("configure consumer" ${CMAKE_COMMAND} -S ${consumer_source} -B ${consumer_build}
            ${common_args} -DCMAKE_PREFIX_PATH=${prefix} -DMPG_CONSUMER_MODE=find_package)
