@@ -10,8 +10,9 @@
 // Phase one checks everything knowable from shapes, dtypes and pointers and sizes the workspace
 // (the scratch that phase two uses to check the index values for range and duplicates). Phase
 // two checks the index values, then computes with mpg::permute_grad's fast path. out is written
-// only when every check passed. Tensors are described, not owned: their data must stay alive
-// until phase two returns; the descriptors themselves may be destroyed after phase one.
+// only when every check passed. The workspace must not overlap out or the inputs (161002).
+// Tensors are described, not owned: their data must stay alive until phase two returns; the
+// descriptors themselves may be destroyed after phase one.
 //
 // Executor lifetime: one executor is created by each successful phase one and consumed by
 // exactly one phase two, which frees it whether it succeeds or fails. Passing an executor that
@@ -221,6 +222,28 @@ inline mpg::Status make_problem(const Tensor* grad, const Tensor* indices, int64
   return mpg::detail::check_shapes(*p);
 }
 
+// Phase two clears the workspace before it checks the indices: a workspace laid over out or an
+// input would write out early or corrupt the input. Three range checks, so always done.
+inline mpg::Status check_workspace(const mpg::detail::Problem& p, const void* workspace,
+                                   uint64_t bytes) {
+  using mpg::detail::ByteRows;
+  const ByteRows scratch{reinterpret_cast<uintptr_t>(workspace), 1, static_cast<int64_t>(bytes), 0};
+  const auto overlaps = [&](const ByteRows& other) {
+    return mpg::detail::overlaps(scratch, other);
+  };
+  if (overlaps(mpg::detail::byte_rows(p.out, p.elem_size()))) {
+    return error(ErrorCode::kOverlap, "workspace overlaps out in memory");
+  }
+  if (overlaps(mpg::detail::byte_rows(p.grad, p.elem_size()))) {
+    return error(ErrorCode::kOverlap, "workspace overlaps permuted_output_grad in memory");
+  }
+  const int64_t index_bytes = p.num_indices * size_of(p.index_type);
+  if (overlaps({reinterpret_cast<uintptr_t>(p.indices), 1, index_bytes, 0})) {
+    return error(ErrorCode::kOverlap, "workspace overlaps sorted_indices in memory");
+  }
+  return {};
+}
+
 }  // namespace detail
 
 // strides in elements, nullptr = contiguous row-major; offset in elements from data.
@@ -295,6 +318,10 @@ inline Status MoeTokenPermuteGrad(void* workspace, uint64_t workspace_size, Exec
         ErrorCode::kWorkspaceTooSmall, "workspace ", workspace == nullptr ? "is null, " : "", "of ",
         workspace_size, " bytes is smaller than the ", owned->workspace_size(),
         " bytes MoeTokenPermuteGradGetWorkspaceSize asked for"));
+  }
+  if (mpg::Status s = detail::check_workspace(owned->problem(), workspace, owned->workspace_size());
+      !s.ok()) {
+    return detail::finish(s);
   }
   return detail::finish(
       mpg::detail::execute(owned->problem(), static_cast<uint8_t*>(workspace), Options{}));
