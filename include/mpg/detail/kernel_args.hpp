@@ -31,6 +31,8 @@ using GatherSumKernel = void (*)(const GatherSumArgs<T, I>& args, int64_t token_
 
 // The G rows of one token's kept copies, in ascending k. Gathered once per token, so the
 // column-block loops of the kernels neither re-read S nor branch on dropped copies.
+// SPEC section 3 assigns only copy 0; when it was dropped the sum starts from +0.0, which
+// matters for a lone -0.0 (+0 + -0 = +0), so the kernels ask assigns_first().
 template <class T>
 class KeptRows {
  public:
@@ -45,16 +47,22 @@ class KeptRows {
   void gather(const GatherSumArgs<T, I>& a, int64_t token) {
     const I* s = a.indices + token * a.topk;
     count_ = 0;
+    first_is_copy0_ = ModeTraits<M>::kept(s[0], a.grad_rows);
     for (int64_t k = 0; k < a.topk; ++k) {
       if (ModeTraits<M>::kept(s[k], a.grad_rows)) {
         rows_[count_++] = a.grad + static_cast<int64_t>(s[k]) * a.grad_stride;
       }
     }
   }
-  void clear() { count_ = 0; }
+  void clear() {
+    count_ = 0;
+    first_is_copy0_ = false;
+  }
 
   const T* const* rows() const { return rows_; }
   int64_t count() const { return count_; }
+  // Whether rows()[0] is copy 0, which initializes the sum instead of being added to +0.0.
+  bool assigns_first() const { return first_is_copy0_; }
 
  private:
   static constexpr int64_t kInline = 32;  // top-k beyond this is rare; it costs one allocation
@@ -62,6 +70,7 @@ class KeptRows {
   std::vector<const T*> heap_;
   const T** rows_ = nullptr;
   int64_t count_ = 0;
+  bool first_is_copy0_ = false;
 };
 
 }  // namespace mpg::detail

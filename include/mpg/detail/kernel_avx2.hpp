@@ -119,12 +119,14 @@ MPG_TARGET_AVX2 static inline void sum_block(const KeptRows<T>& kept, const Kept
                                              int64_t h0, T* out, bool streaming) {
   __m256 acc[kVectors];
   const T* const* rows = kept.rows();
-  if (kept.count() > 0) {
+  int64_t k = 0;
+  if (kept.assigns_first()) {
     for (int v = 0; v < kVectors; ++v) acc[v] = load8(rows[0] + h0 + 8 * v);
+    k = 1;
   } else {
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_setzero_ps();
   }
-  for (int64_t k = 1; k < kept.count(); ++k) {
+  for (; k < kept.count(); ++k) {
     const T* g = rows[k] + h0;
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], load8(g + 8 * v));
   }
@@ -145,12 +147,15 @@ template <class T>
 MPG_TARGET_AVX2 static inline void sum_tail(const KeptRows<T>& kept, int64_t h0, int64_t hidden,
                                             T* out) {
   const T* const* rows = kept.rows();
+  const int64_t first_added = kept.assigns_first() ? 1 : 0;
   for (; h0 + 8 <= hidden; h0 += 8) {
-    __m256 acc = kept.count() > 0 ? load8(rows[0] + h0) : _mm256_setzero_ps();
-    for (int64_t k = 1; k < kept.count(); ++k) acc = _mm256_add_ps(acc, load8(rows[k] + h0));
+    __m256 acc = first_added ? load8(rows[0] + h0) : _mm256_setzero_ps();
+    for (int64_t k = first_added; k < kept.count(); ++k) {
+      acc = _mm256_add_ps(acc, load8(rows[k] + h0));
+    }
     store8(out + h0, acc);
   }
-  if (h0 < hidden) portable::sum_columns(rows, kept.count(), out, h0, hidden);
+  if (h0 < hidden) portable::sum_columns(rows, kept.count(), kept.assigns_first(), out, h0, hidden);
 }
 
 template <class T, class I, Mode M>

@@ -131,12 +131,14 @@ MPG_TARGET_AVX512 static inline void sum_block(const KeptRows<T>& kept, const Ke
                                                int64_t h0, T* out, bool streaming) {
   __m512 acc[kVectors];
   const T* const* rows = kept.rows();
-  if (kept.count() > 0) {
+  int64_t k = 0;
+  if (kept.assigns_first()) {
     for (int v = 0; v < kVectors; ++v) acc[v] = load16(rows[0] + h0 + 16 * v);
+    k = 1;
   } else {
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_setzero_ps();
   }
-  for (int64_t k = 1; k < kept.count(); ++k) {
+  for (; k < kept.count(); ++k) {
     const T* g = rows[k] + h0;
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], load16(g + 16 * v));
   }
@@ -157,11 +159,12 @@ template <class T>
 MPG_TARGET_AVX512 static inline void sum_tail(const KeptRows<T>& kept, int64_t h0, int64_t hidden,
                                               T* out) {
   const T* const* rows = kept.rows();
+  const int64_t first_added = kept.assigns_first() ? 1 : 0;
   for (; h0 < hidden; h0 += 16) {
     const int64_t n = hidden - h0 < 16 ? hidden - h0 : 16;
     const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
-    __m512 acc = kept.count() > 0 ? load16_masked(rows[0] + h0, mask) : _mm512_setzero_ps();
-    for (int64_t k = 1; k < kept.count(); ++k) {
+    __m512 acc = first_added ? load16_masked(rows[0] + h0, mask) : _mm512_setzero_ps();
+    for (int64_t k = first_added; k < kept.count(); ++k) {
       acc = _mm512_add_ps(acc, load16_masked(rows[k] + h0, mask));
     }
     store16_masked(out + h0, acc, mask);
