@@ -181,8 +181,9 @@ void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_
   }
   if (std::getenv("MPG_FUZZ_VERBOSE") != nullptr) {
     for (const Desc* d : {&g, &s, &o}) {
-      std::fprintf(stderr, "dtype %d offset %lld position %lld dims/strides", static_cast<int>(d->dtype),
-                   static_cast<long long>(d->offset), static_cast<long long>(d->position));
+      std::fprintf(stderr, "dtype %d offset %lld position %lld dims/strides",
+                   static_cast<int>(d->dtype), static_cast<long long>(d->offset),
+                   static_cast<long long>(d->position));
       for (size_t i = 0; i < d->dims.size(); ++i) {
         std::fprintf(stderr, " %lld/%lld", static_cast<long long>(d->dims[i]),
                      static_cast<long long>(d->strides[i]));
