@@ -261,6 +261,7 @@ void BM_PermuteGrad(benchmark::State& state, mpg::Mode mode) {
     return;
   }
 
+  // Default-option rows (small calls, where efficiency says little) compare with one thread.
   const double stream_bps = stream_bytes_per_second(*f.stream, std::max(threads, 1));
 
   for (auto _ : state) {
