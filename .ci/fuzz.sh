@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${MPG_FUZZ_SECONDS:-60}"
 
-if ! command -v clang++ >/dev/null; then
-  apt-get update && apt-get install -y --no-install-recommends clang libclang-rt-dev
+# clang 14 (Debian bookworm) and its libFuzzer/sanitizer runtimes, installed only when missing.
+if ! command -v clang++ >/dev/null || ! dpkg -s libclang-rt-14-dev >/dev/null 2>&1; then
+  apt-get update && apt-get install -y --no-install-recommends clang libclang-rt-14-dev
 fi
 start=$(date +%s)
 bash fuzz/build.sh build-fuzz/fuzz_aclnn

@@ -13,10 +13,8 @@ jobs="${MPG_CI_JOBS:-2}"
 tsan_filter="${MPG_TSAN_FILTER:-*Concurrency*:*Thread*:*Parallel*:*Pool*}"
 
 need_packages=()
-for lib in libasan.so.8 libubsan.so.1 libtsan.so.2; do
-  if ! ldconfig -p | grep -q "$lib"; then
-    need_packages+=("$(echo "$lib" | sed 's/\.so\./''/')")  # libasan8, libubsan1, libtsan2
-  fi
+for package in libasan8 libubsan1 libtsan2; do  # g++ 12's sanitizer runtimes
+  if ! dpkg -s "$package" >/dev/null 2>&1; then need_packages+=("$package"); fi
 done
 if ((${#need_packages[@]})); then
   apt-get update && apt-get install -y --no-install-recommends "${need_packages[@]}"
