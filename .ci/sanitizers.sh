@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 which="${1:-all}"
 jobs="${MPG_CI_JOBS:-2}"
 # Tests that start threads: the TSan run. Keep in step with the test names.
-tsan_filter="${MPG_TSAN_FILTER:-*Concurrency*:*Thread*:*Parallel*:*Pool*}"
+tsan_filter="${MPG_TSAN_FILTER:-*Concurrency*:ExecutorLifetime.*:*ParallelFor*:*PathsMatchReference*:*Thread*}"
 
 need_packages=()
 for package in libasan8 libubsan1 libtsan2; do  # g++ 12's sanitizer runtimes

@@ -16,7 +16,8 @@
 //
 // Executor lifetime: one executor is created by each successful phase one and consumed by
 // exactly one phase two, which frees it whether it succeeds or fails. Passing an executor that
-// was already consumed (or never created) returns 161002 instead of touching freed memory.
+// was already consumed (or never created) returns 161002 instead of touching freed memory. As in
+// the vendor API there is no separate destroy call: an executor never run stays allocated.
 //
 // Status codes: 161001 for a null tensor, data pointer, out-parameter or executor; 161002 for
 // every other error (mpg::ErrorCode says which, and GetLastErrorMessage() says why).
