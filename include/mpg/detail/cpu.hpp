@@ -12,6 +12,9 @@
 // intrinsics are inlined into must carry the same attribute (lambdas do not inherit it).
 #define MPG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 #define MPG_TARGET_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl")))
+// Fully unrolls a loop over an array of vector accumulators so that they live in registers:
+// GCC at -O2 leaves such a loop rolled and keeps the array on the stack.
+#define MPG_UNROLL _Pragma("GCC unroll 16")
 #else
 #define MPG_HAVE_X86_KERNELS 0
 #endif

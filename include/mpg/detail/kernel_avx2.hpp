@@ -121,22 +121,27 @@ MPG_TARGET_AVX2 static inline void sum_block(const KeptRows<T>& kept, const Kept
   const T* const* rows = kept.rows();
   int64_t k = 0;
   if (kept.assigns_first()) {
+    MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = load8(rows[0] + h0 + 8 * v);
     k = 1;
   } else {
+    MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_setzero_ps();
   }
   for (; k < kept.count(); ++k) {
     const T* g = rows[k] + h0;
+    MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm256_add_ps(acc[v], load8(g + 8 * v));
   }
   constexpr int kLineBytes = 64;
   constexpr int kBlockBytes = kBlockColumns * static_cast<int>(sizeof(T));
   for (int64_t k = 0; k < next.count(); ++k) {
     const char* g = reinterpret_cast<const char*>(next.rows()[k] + h0);
+    MPG_UNROLL
     for (int b = 0; b < kBlockBytes; b += kLineBytes) _mm_prefetch(g + b, _MM_HINT_T0);
   }
   constexpr int kVectorsPerLine = static_cast<int>(kLineBytes / (8 * sizeof(T)));
+  MPG_UNROLL
   for (int v = 0; v < kVectors; v += kVectorsPerLine) {
     store_line(out + h0 + 8 * v, acc + v, streaming);
   }

@@ -133,22 +133,27 @@ MPG_TARGET_AVX512 static inline void sum_block(const KeptRows<T>& kept, const Ke
   const T* const* rows = kept.rows();
   int64_t k = 0;
   if (kept.assigns_first()) {
+    MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = load16(rows[0] + h0 + 16 * v);
     k = 1;
   } else {
+    MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_setzero_ps();
   }
   for (; k < kept.count(); ++k) {
     const T* g = rows[k] + h0;
+    MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], load16(g + 16 * v));
   }
   constexpr int kLineBytes = 64;
   constexpr int kBlockBytes = kBlockColumns * static_cast<int>(sizeof(T));
   for (int64_t k = 0; k < next.count(); ++k) {
     const char* g = reinterpret_cast<const char*>(next.rows()[k] + h0);
+    MPG_UNROLL
     for (int b = 0; b < kBlockBytes; b += kLineBytes) _mm_prefetch(g + b, _MM_HINT_T0);
   }
   constexpr int kVectorsPerLine = static_cast<int>(kLineBytes / (16 * sizeof(T)));
+  MPG_UNROLL
   for (int v = 0; v < kVectors; v += kVectorsPerLine) {
     store_line(out + h0 + 16 * v, acc + v, streaming);
   }
