@@ -375,38 +375,55 @@ void run(FuzzedDataProvider& in) {
   FUZZ_CHECK(executor != nullptr);
   FUZZ_CHECK(std::strlen(acl::GetLastErrorMessage()) == 0);
 
-  // Workspace: as asked, or (rarely, and always when too big to allocate here) too small.
+  // Which arena bytes belong to out's elements and to the inputs'. Phase one accepted, so no
+  // byte may be both.
+  constexpr uint8_t kInput = 1;
+  constexpr uint8_t kOut = 2;
+  std::vector<uint8_t> owner(static_cast<size_t>(arena.size), 0);
+  for (const Desc* d : {&g, &s, &o}) {
+    const int64_t des = element_size(d->dtype);
+    for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
+      FUZZ_CHECK(b >= 0 && b + des <= arena.size);
+      for (int64_t i = 0; i < des; ++i) owner[b + i] |= d == &o ? kOut : kInput;
+    });
+  }
+  for (uint8_t x : owner) FUZZ_CHECK(x != (kInput | kOut));
+
+  // Workspace: as asked; rarely too small (always when too big to allocate here); rarely inside
+  // the arena, where it must be refused if it shares a byte with out or an input.
   const bool short_workspace = workspace_size > (uint64_t{1} << 20) ||
                                (workspace_size > 0 && in.ConsumeIntegralInRange(0, 15) == 0);
+  const bool arena_workspace = !short_workspace && workspace_size > 0 &&
+                               workspace_size <= static_cast<uint64_t>(arena.size) &&
+                               in.ConsumeIntegralInRange(0, 7) == 0;
   std::vector<uint8_t> workspace(short_workspace ? 0 : workspace_size + 1, kSentinel);
+  uint8_t* workspace_data = workspace.empty() ? nullptr : workspace.data();
+  int64_t ws_begin = 0;
+  int64_t ws_end = 0;  // arena bytes the workspace covers
+  bool ws_overlaps = false;
+  if (arena_workspace) {
+    ws_begin =
+        in.ConsumeIntegralInRange<int64_t>(0, arena.size - static_cast<int64_t>(workspace_size));
+    ws_end = ws_begin + static_cast<int64_t>(workspace_size);
+    workspace_data = arena.bytes() + ws_begin;
+    for (int64_t i = ws_begin; i < ws_end; ++i) ws_overlaps = ws_overlaps || owner[i] != 0;
+  }
   const acl::Status phase2 =
-      acl::MoeTokenPermuteGrad(workspace.empty() ? nullptr : workspace.data(),
-                               short_workspace ? 0 : workspace_size, executor);
+      acl::MoeTokenPermuteGrad(workspace_data, short_workspace ? 0 : workspace_size, executor);
   const std::string phase2_message = acl::GetLastErrorMessage();
   FUZZ_CHECK(phase2 == acl::kSuccess || phase2 == acl::kErrParamInvalid);
   FUZZ_CHECK(!short_workspace || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(!ws_overlaps || phase2 == acl::kErrParamInvalid);
   FUZZ_CHECK(acl::MoeTokenPermuteGrad(nullptr, 0, executor) == acl::kErrParamInvalid);
-  if (!workspace.empty()) FUZZ_CHECK(workspace.back() == kSentinel);  // nothing past the size
+  if (!arena_workspace && !workspace.empty()) FUZZ_CHECK(workspace.back() == kSentinel);
 
-  // Bytes out's elements may write; every other byte must be as it was.
-  std::vector<bool> out_bytes(static_cast<size_t>(arena.size), false);
-  const int64_t es = element_size(o.dtype);
-  for_each_element(o, [&](const std::vector<int64_t>&, int64_t b) {
-    FUZZ_CHECK(b >= 0 && b + es <= arena.size);
-    for (int64_t i = 0; i < es; ++i) out_bytes[b + i] = true;
-  });
+  // Only out's elements (on success) and a workspace of the arena's own free bytes may change.
   for (int64_t i = 0; i < arena.size; ++i) {
-    if (phase2 != acl::kSuccess || !out_bytes[i]) FUZZ_CHECK(arena.bytes()[i] == before[i]);
+    const bool out_byte = phase2 == acl::kSuccess && (owner[i] & kOut) != 0;
+    const bool scratch_byte = !ws_overlaps && i >= ws_begin && i < ws_end;
+    if (!out_byte && !scratch_byte) FUZZ_CHECK(arena.bytes()[i] == before[i]);
   }
-  if (phase2 == acl::kSuccess) {  // an accepted call had no overlap, byte for byte
-    for (const Desc* d : {&g, &s}) {
-      const int64_t des = element_size(d->dtype);
-      for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
-        for (int64_t i = 0; i < des; ++i) FUZZ_CHECK(!out_bytes[b + i]);
-      });
-    }
-  }
-  if (short_workspace) return;
+  if (short_workspace || ws_overlaps) return;  // refused before the index checks
   switch (g.dtype) {
     case acl::DataType::kFloat:
       dispatch_index<float>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
