@@ -19,7 +19,7 @@ constexpr int64_t kHiddenSizes[] = {1,  7,  8,  15,  16,  17,  31,   32,  33,
 constexpr int64_t kTopKs[] = {1, 2, 3, 8, 64, 512};
 constexpr int kThreadCounts[] = {1, 2, 3, 8};
 // Elements of G per case: keeps the 36 sweeps to a fraction of a second each.
-constexpr int64_t kGradBudget = int64_t{1} << 15;
+constexpr int64_t kGradBudget = int64_t{1} << 13;
 
 // Rows laid out three ways, so that each (H, K) is seen with some layout and the sweep as a
 // whole covers aligned, misaligned (one element off) and strided (rows > H apart) memory.
@@ -49,7 +49,7 @@ void sweep(PathCase path, Mode mode) {
     for (const int64_t topk : kTopKs) {
       const Layout layout = static_cast<Layout>(case_number++ % 3);
       // At least 9 tokens, more than the largest thread count, so every thread gets work.
-      const int64_t tokens = std::clamp<int64_t>(kGradBudget / (topk * hidden), 9, 48);
+      const int64_t tokens = std::clamp<int64_t>(kGradBudget / (topk * hidden), 9, 32);
       const auto routing = mpg_test::make_routing<I>(rng, mode, tokens, topk, topk + 4,
                                                      std::max<int64_t>(1, kGradBudget / hidden));
       auto grad = make_matrix<T>(routing.grad_rows, hidden, layout, 3);

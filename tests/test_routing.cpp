@@ -1,0 +1,144 @@
+// route_dropless / route_padded / permute on cases worked out by hand.
+#include "test_util.hpp"
+
+namespace {
+
+using mpg::ErrorCode;
+using mpg::Mode;
+
+// Token: experts. 0: (1, 0), 1: (0, 2), 2: (2, 1). Stable by expert, then by t*K + k:
+// e0: copy 1, copy 2; e1: copy 0, copy 5; e2: copy 3, copy 4. Copy i goes to position S[i].
+const std::vector<int32_t> kDroplessExperts = {1, 0, 0, 2, 2, 1};
+const std::vector<int32_t> kDroplessIndices = {2, 0, 1, 4, 5, 3};
+
+TEST(RouteDropless, StableOrderByExpert) {
+  std::vector<int32_t> s;
+  int64_t rows = -1;
+  ASSERT_TRUE(
+      mpg::route_dropless(mpg::IndexView<int32_t>(kDroplessExperts), 2, 3, std::nullopt, &s, &rows)
+          .ok());
+  EXPECT_EQ(s, kDroplessIndices);
+  EXPECT_EQ(rows, 6);  // no num_out_tokens: R = N*K
+}
+
+TEST(RouteDropless, NumOutTokensSetsRowsAndClampsToNK) {
+  std::vector<int64_t> s;
+  int64_t rows = -1;
+  const mpg::IndexView<int32_t> ids(kDroplessExperts);
+  ASSERT_TRUE(mpg::route_dropless(ids, 2, 3, int64_t{4}, &s, &rows).ok());
+  EXPECT_EQ(s, std::vector<int64_t>(kDroplessIndices.begin(), kDroplessIndices.end()));
+  EXPECT_EQ(rows, 4);
+  ASSERT_TRUE(mpg::route_dropless(ids, 2, 3, int64_t{100}, &s, &rows).ok());
+  EXPECT_EQ(rows, 6);
+  ASSERT_TRUE(mpg::route_dropless(ids, 2, 3, int64_t{0}, &s, &rows).ok());
+  EXPECT_EQ(rows, 0);
+  const mpg::Status negative = mpg::route_dropless(ids, 2, 3, int64_t{-1}, &s, &rows);
+  EXPECT_EQ(negative.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(negative.message().find("num_out_tokens = -1"), std::string::npos)
+      << negative.message();
+}
+
+TEST(RouteDropless, RejectsBadExpertIdsAndTopK) {
+  std::vector<int32_t> s;
+  int64_t rows = 0;
+  const std::vector<int32_t> bad = {0, 1, 2, 5};
+  const mpg::Status out_of_range =
+      mpg::route_dropless(mpg::IndexView<int32_t>(bad), 2, 3, std::nullopt, &s, &rows);
+  EXPECT_EQ(out_of_range.code(), ErrorCode::kIndexOutOfRange);
+  EXPECT_NE(out_of_range.message().find("expert_ids[3] = 5"), std::string::npos)
+      << out_of_range.message();
+  EXPECT_EQ(mpg::route_dropless(mpg::IndexView<int32_t>(bad), 0, 3, std::nullopt, &s, &rows).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(mpg::route_dropless(mpg::IndexView<int32_t>(bad), 3, 6, std::nullopt, &s, &rows).code(),
+            ErrorCode::kShapeMismatch);  // 4 ids are not a multiple of K = 3
+}
+
+// E = 3, C = 2. Token: experts 0: (0, 1), 1: (1, 0), 2: (1, 0). In (t, k) order expert 0 takes
+// (t0,k0) -> row 0, (t1,k1) -> row 1, then is full; expert 1 takes (t0,k1) -> row 2,
+// (t1,k0) -> row 3, then is full; expert 2 gets nothing (rows 4, 5 are padding).
+const std::vector<int32_t> kPaddedExperts = {0, 1, 1, 0, 1, 0};
+const std::vector<int32_t> kPaddedIndices = {0, 2, 3, 1, -1, -1};
+
+TEST(RoutePadded, CapacityOverflowGivesMinusOne) {
+  std::vector<int32_t> s;
+  ASSERT_TRUE(mpg::route_padded(mpg::IndexView<int32_t>(kPaddedExperts), 2, 3, 2, &s).ok());
+  EXPECT_EQ(s, kPaddedIndices);
+}
+
+TEST(RoutePadded, ZeroAndLargeCapacity) {
+  std::vector<int64_t> s;
+  const mpg::IndexView<int32_t> ids(kPaddedExperts);
+  ASSERT_TRUE(mpg::route_padded(ids, 2, 3, 0, &s).ok());
+  EXPECT_EQ(s, std::vector<int64_t>(6, -1));
+  // C = 3: nobody overflows. Expert e's copies land at rows 3e, 3e+1, ... in (t, k) order.
+  ASSERT_TRUE(mpg::route_padded(ids, 2, 3, 3, &s).ok());
+  EXPECT_EQ(s, (std::vector<int64_t>{0, 3, 4, 1, 5, 2}));
+  EXPECT_EQ(mpg::route_padded(ids, 2, 3, -1, &s).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(RoutePadded, RejectsRowsBeyondTheIndexType) {
+  std::vector<int32_t> s;
+  const mpg::Status s_status =
+      mpg::route_padded(mpg::IndexView<int32_t>(kPaddedExperts), 2, 3, int64_t{1} << 30, &s);
+  EXPECT_EQ(s_status.code(), ErrorCode::kInvalidArgument);  // 3 * 2^30 > int32 max
+}
+
+template <class T>
+std::vector<float> row_of(const mpg_test::GuardedMatrix<T>& m, int64_t r) {
+  std::vector<float> v;
+  for (int64_t c = 0; c < m.cols(); ++c) v.push_back(static_cast<float>(m.at(r, c)));
+  return v;
+}
+
+TEST(Permute, DroplessCopiesKeptRowsOnly) {
+  mpg_test::GuardedMatrix<float> tokens(3, 2);
+  const float values[3][2] = {{1, 2}, {3, 4}, {5, 6}};
+  for (int t = 0; t < 3; ++t) {
+    for (int h = 0; h < 2; ++h) tokens.at(t, h) = values[t][h];
+  }
+  // R = 4: rows S = 0..3 are copies 1 (t0), 2 (t1), 0 (t0), 5 (t2); copies 3, 4 were dropped.
+  mpg_test::GuardedMatrix<float> permuted(4, 2);
+  const mpg::Status s = mpg::permute<float, int32_t>(tokens.const_view(), kDroplessIndices, 2,
+                                                     Mode::kDropless, permuted.view());
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(row_of(permuted, 0), (std::vector<float>{1, 2}));
+  EXPECT_EQ(row_of(permuted, 1), (std::vector<float>{3, 4}));
+  EXPECT_EQ(row_of(permuted, 2), (std::vector<float>{1, 2}));
+  EXPECT_EQ(row_of(permuted, 3), (std::vector<float>{5, 6}));
+  EXPECT_TRUE(permuted.guards_intact());
+}
+
+TEST(Permute, PaddedZeroesPaddingRows) {
+  mpg_test::GuardedMatrix<mpg::bfloat16> tokens(3, 2);
+  for (int t = 0; t < 3; ++t) {
+    for (int h = 0; h < 2; ++h) tokens.at(t, h) = mpg::bfloat16(static_cast<float>(10 * t + h));
+  }
+  mpg_test::GuardedMatrix<mpg::bfloat16> permuted(6, 2);  // sentinel-filled: must be overwritten
+  const mpg::Status s = mpg::permute<mpg::bfloat16, int32_t>(tokens.const_view(), kPaddedIndices, 2,
+                                                             Mode::kPadded, permuted.view());
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(row_of(permuted, 0), (std::vector<float>{0, 1}));    // (t0,k0)
+  EXPECT_EQ(row_of(permuted, 1), (std::vector<float>{10, 11}));  // (t1,k1)
+  EXPECT_EQ(row_of(permuted, 2), (std::vector<float>{0, 1}));    // (t0,k1)
+  EXPECT_EQ(row_of(permuted, 3), (std::vector<float>{10, 11}));  // (t1,k0)
+  for (int r = 4; r < 6; ++r) {
+    EXPECT_EQ(mpg_test::bits_of(permuted.at(r, 0)), 0u);
+    EXPECT_EQ(mpg_test::bits_of(permuted.at(r, 1)), 0u);
+  }
+  EXPECT_TRUE(permuted.guards_intact());
+}
+
+TEST(Permute, RejectsADuplicateAndWritesNothing) {
+  mpg_test::GuardedMatrix<float> tokens(3, 2);
+  std::mt19937_64 rng(3);
+  mpg_test::fill_random(tokens, rng);
+  mpg_test::GuardedMatrix<float> permuted(6, 2);
+  const std::vector<int32_t> duplicate = {2, 0, 1, 4, 2, 3};
+  const mpg::Status s = mpg::permute<float, int32_t>(tokens.const_view(), duplicate, 2,
+                                                     Mode::kDropless, permuted.view());
+  EXPECT_EQ(s.code(), ErrorCode::kDuplicateIndex);
+  EXPECT_TRUE(permuted.payload_untouched());
+  EXPECT_TRUE(permuted.guards_intact());
+}
+
+}  // namespace
