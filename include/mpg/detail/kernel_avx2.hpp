@@ -20,6 +20,7 @@
 // ascending k with one vaddps per copy, non-temporal stores on whole aligned lines when asked.
 // AVX2 has no masked 16-bit loads, so the last columns run in single vectors and then, below
 // 8 columns, through the portable scalar code (exact Eigen conversions).
+
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* reads itself, GCC bug 105593)
 // once they are inlined into target-attribute functions.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -135,8 +136,8 @@ MPG_TARGET_AVX2 static inline void sum_block(const KeptRows<T>& kept, const Kept
   }
   constexpr int kLineBytes = 64;
   constexpr int kBlockBytes = kBlockColumns * static_cast<int>(sizeof(T));
-  for (int64_t k = 0; k < next.count(); ++k) {
-    const char* g = reinterpret_cast<const char*>(next.rows()[k] + h0);
+  for (int64_t r = 0; r < next.count(); ++r) {
+    const char* g = reinterpret_cast<const char*>(next.rows()[r] + h0);
     MPG_UNROLL
     for (int b = 0; b < kBlockBytes; b += kLineBytes) _mm_prefetch(g + b, _MM_HINT_T0);
   }

@@ -23,11 +23,16 @@
 // no reassociation), then the block is narrowed and stored. Row-at-a-time (one token finishes
 // before the next starts) keeps the write stream sequential and each G row a sequential read.
 // The last partial block uses masked loads and stores, which never touch memory past the row.
+// Measured on DRAM-sized shapes (Zen 4, 1 thread): the software prefetch of the next token's
+// rows doubles throughput (the gathered rows defeat the hardware prefetcher at every row
+// start); a variant keeping 1024 accumulators in an L1 buffer and adding whole row chunks ran
+// at about half the speed of register blocks.
 //
 // Conversions. bf16 -> fp32 is a shift, fp16 -> fp32 is VCVTPH2PS: both exact. fp32 -> fp16 is
 // VCVTPS2PH with round-to-nearest-even, exact for subnormals, overflow and inf. fp32 -> bf16 is
 // done with integer ops, NOT VCVTNEPS2BF16: that instruction treats subnormal inputs as zero
 // (DAZ) and flushes subnormal results, which SPEC section 3 forbids.
+
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* reads itself, GCC bug 105593)
 // once they are inlined into target-attribute functions.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -147,8 +152,8 @@ MPG_TARGET_AVX512 static inline void sum_block(const KeptRows<T>& kept, const Ke
   }
   constexpr int kLineBytes = 64;
   constexpr int kBlockBytes = kBlockColumns * static_cast<int>(sizeof(T));
-  for (int64_t k = 0; k < next.count(); ++k) {
-    const char* g = reinterpret_cast<const char*>(next.rows()[k] + h0);
+  for (int64_t r = 0; r < next.count(); ++r) {
+    const char* g = reinterpret_cast<const char*>(next.rows()[r] + h0);
     MPG_UNROLL
     for (int b = 0; b < kBlockBytes; b += kLineBytes) _mm_prefetch(g + b, _MM_HINT_T0);
   }
