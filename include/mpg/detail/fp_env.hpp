@@ -23,6 +23,9 @@ class ScopedIeeeFpEnv {
 
  private:
   unsigned saved_;
+#else
+  // Elsewhere the default environment is assumed; user-provided so const objects are allowed.
+  ScopedIeeeFpEnv() {}
 #endif
  public:
   ScopedIeeeFpEnv(const ScopedIeeeFpEnv&) = delete;
