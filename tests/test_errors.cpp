@@ -91,7 +91,7 @@ std::vector<TypedCase> typed_cases() {
       {"DroplessMoreRowsThanCopies", ErrorCode::kShapeMismatch,
        "permuted_output_grad has 9 rows, more than N * num_topk = 8",
        [](V& v) {
-         static GuardedMatrix<float> nine_rows(9, kHidden);
+         GuardedMatrix<float> nine_rows(9, kHidden);
          return call_with(nine_rows.const_view(), v.indices, kTopK, Mode::kDropless, v.out.view());
        }},
       {"NegativeRows", ErrorCode::kShapeMismatch, "permuted_output_grad has shape [-1, 8]",

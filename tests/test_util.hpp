@@ -1,15 +1,19 @@
 // Shared test helpers: guarded buffers, bit patterns, random data and realistic routings.
 //
-//   GuardedBuffer<T>   payload with guard bytes on both sides; guards_intact(), payload_untouched()
-//   GuardedMatrix<T>   rows x cols with a row stride (>= cols) and an optional misaligned base,
-//                      inside a GuardedBuffer; view(), const_view(), at(r, c)
-//   bits_of(x)         the IEEE bit pattern of a float / half / bfloat16; from_bits<T>(b)
-//   fill_random(...)   normal, small-integer, or with specials (subnormals, +-inf, NaN, -0)
+//   GuardedBuffer<T>   payload with guard bytes on both sides (optionally one element off a
+//                      64-byte boundary), sentinel-filled; guards_intact(), payload_untouched()
+//   GuardedMatrix<T>   rows x cols with a row stride (>= cols) inside a GuardedBuffer; view(),
+//                      const_view(), at(r, c), same_bytes(), row_gaps_untouched()
+//   bits_of(x), from_bits<T>(b), is_nan(x)   IEEE bit patterns of float / half / bfloat16
+//   fill_random(m, rng, Values::...)          uniform, small integers, or with specials
+//                                             (subnormals, +-inf, NaN, -0, +-max)
 //   make_routing<I>()  sorted_indices from mpg::route_dropless / route_padded with random top-K
 //                      distinct experts per token and a random R / capacity that drops some copies
 //   first_difference() where two matrices first differ in bits ("" if nowhere)
-//   run_permute_grad() calls the typed API on two GuardedMatrix arguments
-//   kAllIsas, path_options(), isa_name()   the paths tests sweep
+//   run_permute_grad() the typed API on GuardedMatrix arguments
+//   PathCase, kReferencePath, kFastPaths, kAllPaths, path_options(), path_name(),
+//   path_supported(), MPG_SKIP_IF_UNSUPPORTED   the paths tests sweep
+//   with_element_type(dtype, f), short_name()    run-time dtype -> C++ type; test-name pieces
 #pragma once
 
 #include <algorithm>
