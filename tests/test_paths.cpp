@@ -80,7 +80,7 @@ void sweep(PathCase path, Mode mode) {
 TEST_P(PathsMatchReference, AllSizesTopKsAndThreadCounts) {
   const auto [path, dtype, index_type, mode] = GetParam();
   MPG_SKIP_IF_UNSUPPORTED(path);
-  mpg::detail::dispatch(dtype, index_type, mode, [&](auto t, auto i, auto) {
+  mpg::detail::dispatch(dtype, index_type, mode, [path = path, mode = mode](auto t, auto i, auto) {
     sweep<typename decltype(t)::type, typename decltype(i)::type>(path, mode);
   });
 }
