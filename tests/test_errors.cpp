@@ -422,6 +422,47 @@ TEST(AclnnErrors, OutOverlapsIndices) {
   EXPECT_TRUE(shared.guards_intact());
 }
 
+// A padded G far wider than the indices (2^20 rows, 6 indices) checks duplicates with a sorted
+// copy instead of a 128 KiB bitmap; errors and the workspace size must follow the same rules.
+TEST(AclnnErrors, WideGradChecksDuplicatesWithoutABitmap) {
+  constexpr int64_t kRows = int64_t{1} << 20;
+  std::vector<float> grad(kRows, 1.0f);
+  const std::vector<int32_t> duplicated = {-1, 900000, 5, 12, 900000, 5};
+  GuardedBuffer<float> out(3);
+  mpg::Status s = mpg::permute_grad<float, int32_t>({grad.data(), kRows, 1}, duplicated, 2,
+                                                    Mode::kPadded, {out.data(), 3, 1});
+  EXPECT_EQ(s.code(), ErrorCode::kDuplicateIndex);
+  EXPECT_NE(s.message().find("sorted_indices[4] = 900000 duplicates sorted_indices[1]"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(out.payload_untouched());
+  EXPECT_TRUE(out.guards_intact());
+
+  const int64_t grad_dims[2] = {kRows, 1}, index_dims[1] = {6}, out_dims[2] = {3, 1};
+  const std::vector<int32_t> distinct = {-1, 900000, 5, 12, kRows - 1, -1};
+  auto* g = mpg::aclnn::CreateTensor(grad_dims, 2, DataType::kFloat, nullptr, 0, grad.data());
+  auto* i = mpg::aclnn::CreateTensor(index_dims, 1, DataType::kInt32, nullptr, 0,
+                                     const_cast<int32_t*>(distinct.data()));
+  auto* o = mpg::aclnn::CreateTensor(out_dims, 2, DataType::kFloat, nullptr, 0, out.data());
+  uint64_t workspace_size = 0;
+  mpg::aclnn::Executor* executor = nullptr;
+  ASSERT_EQ(
+      mpg::aclnn::MoeTokenPermuteGradGetWorkspaceSize(g, i, 2, true, o, &workspace_size, &executor),
+      mpg::aclnn::kSuccess);
+  EXPECT_LT(workspace_size, uint64_t{1} << 10);  // not kRows / 8 = 128 KiB
+  std::vector<uint8_t> workspace(workspace_size + 1);
+  // An odd address: the sorted copy must align itself inside any workspace.
+  ASSERT_EQ(mpg::aclnn::MoeTokenPermuteGrad(workspace.data() + 1, workspace_size, executor),
+            mpg::aclnn::kSuccess)
+      << mpg::aclnn::GetLastErrorMessage();
+  EXPECT_EQ(out.data()[0], 1.0f);  // copy 0 dropped, copy 1 kept
+  EXPECT_EQ(out.data()[1], 2.0f);
+  EXPECT_EQ(out.data()[2], 1.0f);
+  mpg::aclnn::DestroyTensor(g);
+  mpg::aclnn::DestroyTensor(i);
+  mpg::aclnn::DestroyTensor(o);
+}
+
 TEST(AclnnErrors, NullExecutorInPhaseTwo) {
   uint8_t workspace[8];
   EXPECT_EQ(mpg::aclnn::MoeTokenPermuteGrad(workspace, sizeof workspace, nullptr),

@@ -8,15 +8,7 @@ using mpg_test::GuardedMatrix;
 
 template <class T>
 class HandWorked : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, mpg::half, mpg::bfloat16>;
-class ElementTypeNames {
- public:
-  template <class T>
-  static std::string GetName(int) {
-    return mpg_test::short_name(mpg::dtype_of<T>());
-  }
-};
-TYPED_TEST_SUITE(HandWorked, ElementTypes, ElementTypeNames);
+TYPED_TEST_SUITE(HandWorked, mpg_test::ElementTypes, mpg_test::ElementTypeNames);
 
 template <class T>
 GuardedMatrix<T> matrix_of(const std::vector<std::vector<float>>& rows) {

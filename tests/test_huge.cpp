@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mpg/mpg.hpp"
+#include "test_util.hpp"
 
 namespace {
 
@@ -69,8 +70,7 @@ std::vector<mpg::Options> all_paths() {
 
 template <class T>
 class HugePadded : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, mpg::half, mpg::bfloat16>;
-TYPED_TEST_SUITE(HugePadded, ElementTypes);
+TYPED_TEST_SUITE(HugePadded, mpg_test::ElementTypes, mpg_test::ElementTypeNames);
 
 // grad [E*C, H] with E*C*H > 2^31 elements, rows beyond element 2^31 indexed with int32; out
 // strided so that its rows also sit beyond 2^31 elements. Only the named rows are touched.

@@ -183,15 +183,7 @@ using RowMajor = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 
 template <class T>
 class EigenOverloads : public ::testing::Test {};
-using ElementTypes = ::testing::Types<float, mpg::half, mpg::bfloat16>;
-class ElementTypeNames {
- public:
-  template <class T>
-  static std::string GetName(int) {
-    return mpg_test::short_name(mpg::dtype_of<T>());
-  }
-};
-TYPED_TEST_SUITE(EigenOverloads, ElementTypes, ElementTypeNames);
+TYPED_TEST_SUITE(EigenOverloads, mpg_test::ElementTypes, mpg_test::ElementTypeNames);
 
 TYPED_TEST(EigenOverloads, MatrixMapAndBlockGiveTheViewResult) {
   using T = TypeParam;

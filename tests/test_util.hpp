@@ -360,4 +360,14 @@ inline std::string short_name(mpg::Mode m) {
   return m == mpg::Mode::kDropless ? "Dropless" : "Padded";
 }
 
+// The element types, for typed test suites: TYPED_TEST_SUITE(S, ElementTypes, ElementTypeNames).
+using ElementTypes = ::testing::Types<float, mpg::half, mpg::bfloat16>;
+class ElementTypeNames {
+ public:
+  template <class T>
+  static std::string GetName(int) {
+    return short_name(mpg::dtype_of<T>());
+  }
+};
+
 }  // namespace mpg_test

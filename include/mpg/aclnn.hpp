@@ -296,7 +296,7 @@ inline Status MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_output_
     return detail::finish(s);
   }
   *workspace_size =
-      mpg::detail::index_bitmap_bytes(problem.mode, problem.num_indices, problem.grad.rows);
+      mpg::detail::index_scratch_bytes(problem.mode, problem.num_indices, problem.grad.rows);
   *executor = new Executor(problem, *workspace_size);
   detail::LiveExecutors::instance().add(*executor);
   return detail::finish({});

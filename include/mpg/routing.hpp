@@ -119,8 +119,9 @@ Status permute(ConstMatrixView<T> tokens, IndexView<I> sorted_indices, int64_t n
       ConstMatrixView<T>(permuted), sorted_indices, num_topk, mode,
       MatrixView<T>(const_cast<T*>(tokens.data), tokens.rows, tokens.cols, tokens.row_stride));
   if (Status s = detail::check_shapes(p); !s.ok()) return s;
-  std::vector<uint8_t> bitmap(detail::index_bitmap_bytes(mode, sorted_indices.size, permuted.rows));
-  if (Status s = detail::check_indices(sorted_indices, mode, permuted.rows, bitmap.data());
+  std::vector<uint8_t> scratch(
+      detail::index_scratch_bytes(mode, sorted_indices.size, permuted.rows));
+  if (Status s = detail::check_indices(sorted_indices, mode, permuted.rows, scratch.data());
       !s.ok()) {
     return s;
   }

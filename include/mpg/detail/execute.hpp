@@ -38,15 +38,15 @@ inline Status check_options(const Options& options) {
 }
 
 // Second half of every call, after check_shapes() and check_options() passed: check the index
-// values (bitmap: index_bitmap_bytes() of scratch), then compute. Nothing is written to out
+// values (index_scratch_bytes() of scratch), then compute. Nothing is written to out
 // unless every check passed.
-inline Status execute(const Problem& p, uint8_t* bitmap, const Options& options) {
+inline Status execute(const Problem& p, uint8_t* scratch, const Options& options) {
   return dispatch(p.dtype, p.index_type, p.mode, [&](auto t, auto i, auto m) -> Status {
     using T = typename decltype(t)::type;
     using I = typename decltype(i)::type;
     constexpr Mode kMode = decltype(m)::value;
     const IndexView<I> indices = index_view<I>(p);
-    if (Status s = check_indices(indices, kMode, p.grad.rows, bitmap); !s.ok()) return s;
+    if (Status s = check_indices(indices, kMode, p.grad.rows, scratch); !s.ok()) return s;
     if (options.path == Path::kReference) {
       reference_permute_grad<T, I, kMode>(grad_view<T>(p), indices, p.topk, out_view<T>(p));
     } else {
@@ -60,16 +60,16 @@ inline Status execute(const Problem& p, uint8_t* bitmap, const Options& options)
 inline Status validate_and_execute(const Problem& p, const Options& options) {
   if (Status s = check_options(options); !s.ok()) return s;
   if (Status s = check_shapes(p); !s.ok()) return s;
-  // Small calls keep the bitmap on the stack: a heap allocation would dominate them.
-  uint8_t stack_bitmap[512];
-  std::vector<uint8_t> heap_bitmap;
-  uint8_t* bitmap = stack_bitmap;
-  const uint64_t bytes = index_bitmap_bytes(p.mode, p.num_indices, p.grad.rows);
-  if (bytes > sizeof(stack_bitmap)) {
-    heap_bitmap.resize(bytes);
-    bitmap = heap_bitmap.data();
+  // Small calls keep the scratch on the stack: a heap allocation would dominate them.
+  uint8_t stack_scratch[512];
+  std::vector<uint8_t> heap_scratch;
+  uint8_t* scratch = stack_scratch;
+  const uint64_t bytes = index_scratch_bytes(p.mode, p.num_indices, p.grad.rows);
+  if (bytes > sizeof(stack_scratch)) {
+    heap_scratch.resize(bytes);
+    scratch = heap_scratch.data();
   }
-  return execute(p, bitmap, options);
+  return execute(p, scratch, options);
 }
 
 }  // namespace mpg::detail

@@ -1,12 +1,16 @@
 #pragma once
 #include "mpg/detail/guard.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
+#include <unordered_map>
 
+#include "mpg/detail/assert.hpp"
 #include "mpg/detail/overlap.hpp"
 #include "mpg/detail/problem.hpp"
 #include "mpg/status.hpp"
@@ -119,27 +123,46 @@ inline Status check_shapes(const Problem& p) {
 inline int64_t index_bitmap_bits(Mode mode, int64_t num_indices, int64_t grad_rows) {
   return mode == Mode::kDropless ? num_indices : grad_rows;
 }
-// Scratch bytes check_indices needs: one bit per admissible value (bytes, so any workspace
-// pointer is aligned enough).
 inline uint64_t index_bitmap_bytes(Mode mode, int64_t num_indices, int64_t grad_rows) {
   return static_cast<uint64_t>((index_bitmap_bits(mode, num_indices, grad_rows) + 7) / 8);
 }
-
-template <class I>
-int64_t first_position_of(IndexView<I> indices, I value) {
-  int64_t i = 0;
-  while (indices.data[i] != value) ++i;
-  return i;
+// A sorted copy of the indices, as int64 (+7 bytes to align it inside any workspace).
+inline uint64_t index_sort_bytes(int64_t num_indices) {
+  return static_cast<uint64_t>(num_indices) * sizeof(int64_t) + alignof(int64_t) - 1;
+}
+// Scratch bytes check_indices needs: a bitmap over the admissible values, unless the values
+// range much wider than there are indices (a padded G of 2^31 rows read by a few tokens), where
+// a sorted copy of the indices is smaller.
+inline uint64_t index_scratch_bytes(Mode mode, int64_t num_indices, int64_t grad_rows) {
+  return std::min(index_bitmap_bytes(mode, num_indices, grad_rows), index_sort_bytes(num_indices));
 }
 
-// The second phase: values in range and no duplicates. `bitmap` holds index_bitmap_bytes()
-// bytes of scratch (the two-phase API's workspace); its contents on entry do not matter.
+// The first i whose value (other than -1) appeared before: the position every duplicate error
+// names, whichever scratch found it. Error path only, so it may allocate.
 template <class I>
-Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t* bitmap) {
+Status duplicate_error(IndexView<I> indices) {
+  std::unordered_map<int64_t, int64_t> first_seen;
+  for (int64_t i = 0; i < indices.size; ++i) {
+    const int64_t s = indices.data[i];
+    if (s < 0) continue;
+    const auto [it, inserted] = first_seen.emplace(s, i);
+    if (!inserted) {
+      return error(ErrorCode::kDuplicateIndex, "sorted_indices[", i, "] = ", s,
+                   " duplicates sorted_indices[", it->second,
+                   "]: every index other than -1 may appear once");
+    }
+  }
+  MPG_ASSERT(false && "duplicate_error called without a duplicate");
+  return {};
+}
+
+// The second phase: values in range (the first offender is named), then no duplicates.
+// `scratch` holds index_scratch_bytes() bytes (the two-phase API's workspace, any alignment);
+// its contents on entry do not matter.
+template <class I>
+Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t* scratch) {
   const int64_t lo = mode == Mode::kDropless ? 0 : -1;
   const int64_t hi = mode == Mode::kDropless ? indices.size : grad_rows;
-  const uint64_t bitmap_bytes = index_bitmap_bytes(mode, indices.size, grad_rows);
-  if (bitmap_bytes > 0) std::memset(bitmap, 0, bitmap_bytes);
   for (int64_t i = 0; i < indices.size; ++i) {
     const int64_t s = indices.data[i];
     if (s < lo || s >= hi) {
@@ -148,15 +171,32 @@ Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t
                    mode == Mode::kDropless ? " (dropless mode: a permutation of [0, N*K))"
                                            : " (padded mode: -1 or a row of [E*C, H])");
     }
-    if (s < 0) continue;  // -1: dropped in padded mode, may repeat
-    uint8_t& word = bitmap[s >> 3];
-    const auto bit = static_cast<uint8_t>(1u << (s & 7));
-    if (word & bit) {
-      return error(ErrorCode::kDuplicateIndex, "sorted_indices[", i, "] = ", s,
-                   " duplicates sorted_indices[", first_position_of(indices, indices.data[i]),
-                   "]: every index other than -1 may appear once");
+  }
+  const uint64_t bitmap_bytes = index_bitmap_bytes(mode, indices.size, grad_rows);
+  if (bitmap_bytes <= index_sort_bytes(indices.size)) {
+    if (bitmap_bytes > 0) std::memset(scratch, 0, bitmap_bytes);
+    for (int64_t i = 0; i < indices.size; ++i) {
+      const int64_t s = indices.data[i];
+      if (s < 0) continue;  // -1: dropped in padded mode, may repeat
+      uint8_t& byte = scratch[s >> 3];
+      const auto bit = static_cast<uint8_t>(1u << (s & 7));
+      if (byte & bit) return duplicate_error(indices);
+      byte |= bit;
     }
-    word |= bit;
+    return {};
+  }
+  void* space = scratch;
+  size_t space_bytes = index_sort_bytes(indices.size);
+  auto* sorted = static_cast<int64_t*>(std::align(
+      alignof(int64_t), sizeof(int64_t) * static_cast<size_t>(indices.size), space, space_bytes));
+  MPG_ASSERT(sorted != nullptr);
+  int64_t count = 0;
+  for (int64_t i = 0; i < indices.size; ++i) {
+    if (indices.data[i] >= 0) sorted[count++] = indices.data[i];
+  }
+  std::sort(sorted, sorted + count);
+  if (std::adjacent_find(sorted, sorted + count) != sorted + count) {
+    return duplicate_error(indices);
   }
   return {};
 }
