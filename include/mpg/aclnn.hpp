@@ -223,7 +223,7 @@ inline mpg::Status make_problem(const Tensor* grad, const Tensor* indices, int64
   return mpg::detail::check_shapes(*p);
 }
 
-// Phase two clears the workspace before it checks the indices: a workspace laid over out or an
+// Phase two writes the workspace while it checks the indices: a workspace laid over out or an
 // input would write out early or corrupt the input. Three range checks, so always done.
 inline mpg::Status check_workspace(const mpg::detail::Problem& p, const void* workspace,
                                    uint64_t bytes) {
