@@ -8,9 +8,9 @@
 
 #include <cstdint>
 #include <type_traits>
-#include <utility>
 
 #include "mpg/detail/kernel_args.hpp"
+#include "mpg/detail/kernel_x86.hpp"
 #include "mpg/detail/mode.hpp"
 #include "mpg/types.hpp"
 
@@ -150,14 +150,8 @@ MPG_TARGET_AVX512 static inline void sum_block(const KeptRows<T>& kept, const Ke
     MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = _mm512_add_ps(acc[v], load16(g + 16 * v));
   }
-  constexpr int kLineBytes = 64;
-  constexpr int kBlockBytes = kBlockColumns * static_cast<int>(sizeof(T));
-  for (int64_t r = 0; r < next.count(); ++r) {
-    const char* g = reinterpret_cast<const char*>(next.rows()[r] + h0);
-    MPG_UNROLL
-    for (int b = 0; b < kBlockBytes; b += kLineBytes) _mm_prefetch(g + b, _MM_HINT_T0);
-  }
-  constexpr int kVectorsPerLine = static_cast<int>(kLineBytes / (16 * sizeof(T)));
+  x86::prefetch_next(next, h0, kBlockColumns * static_cast<int>(sizeof(T)));
+  constexpr int kVectorsPerLine = static_cast<int>(x86::kLineBytes / (16 * sizeof(T)));
   MPG_UNROLL
   for (int v = 0; v < kVectors; v += kVectorsPerLine) {
     store_line(out + h0 + 16 * v, acc + v, streaming);
@@ -184,28 +178,8 @@ MPG_TARGET_AVX512 static inline void sum_tail(const KeptRows<T>& kept, int64_t h
 template <class T, class I, Mode M>
 MPG_TARGET_AVX512 void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin,
                                   int64_t token_end) {
-  KeptRows<T> rows_a(a.topk);
-  KeptRows<T> rows_b(a.topk);
-  KeptRows<T>* kept = &rows_a;
-  KeptRows<T>* next = &rows_b;
-  if (token_begin < token_end) kept->template gather<M>(a, token_begin);
-  const int64_t full_end = a.hidden - a.hidden % kBlockColumns;
-  for (int64_t t = token_begin; t < token_end; ++t) {
-    if (t + 1 < token_end) {
-      next->template gather<M>(a, t + 1);
-    } else {
-      next->clear();
-    }
-    T* out = a.out + t * a.out_stride;
-    for (int64_t h0 = 0; h0 < full_end; h0 += kBlockColumns) {
-      sum_block(*kept, *next, h0, out, a.streaming_stores);
-    }
-    sum_tail(*kept, full_end, a.hidden, out);
-    std::swap(kept, next);
-  }
-  // Streaming stores are weakly ordered: make them visible before the caller (or the thread
-  // pool's hand-back) reads out.
-  if (a.streaming_stores) _mm_sfence();
+  x86::for_each_token<T, I, M, kBlockColumns, &sum_block<T>, &sum_tail<T>>(a, token_begin,
+                                                                           token_end);
 }
 
 }  // namespace mpg::detail::avx512
