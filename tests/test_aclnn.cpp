@@ -64,8 +64,7 @@ template <class T, class I>
 void expect_matches_reference(const GuardedMatrix<T>& grad, const std::vector<I>& indices,
                               int64_t topk, Mode mode, const GuardedMatrix<T>& got) {
   GuardedMatrix<T> want(got.rows(), got.cols(), got.row_stride());
-  mpg::Options reference;
-  reference.path = mpg::Path::kReference;
+  const mpg::Options reference = mpg_test::path_options(mpg_test::kReferencePath);
   ASSERT_TRUE(mpg_test::run_permute_grad(grad, indices, topk, mode, want, reference).ok());
   EXPECT_TRUE(got.same_bytes(want)) << mpg_test::first_difference(got, want);
   EXPECT_TRUE(got.guards_intact());
@@ -143,8 +142,7 @@ TEST_P(TwoPhase, StridedRowsAndOffsets) {
               mpg::aclnn::kSuccess)
         << mpg::aclnn::GetLastErrorMessage();
     GuardedMatrix<T> want(kTokens, kHidden);
-    mpg::Options reference;
-    reference.path = mpg::Path::kReference;
+    const mpg::Options reference = mpg_test::path_options(mpg_test::kReferencePath);
     ASSERT_TRUE(
         mpg_test::run_permute_grad(grad, routing.sorted_indices, kTopK, mode, want, reference)
             .ok());

@@ -61,8 +61,7 @@ float value_at(int64_t row, int64_t col) {
 }
 
 std::vector<mpg::Options> all_paths() {
-  mpg::Options reference;
-  reference.path = mpg::Path::kReference;
+  const mpg::Options reference = mpg_test::path_options(mpg_test::kReferencePath);
   mpg::Options two_threads;
   two_threads.num_threads = 2;
   return {reference, mpg::Options{}, two_threads};

@@ -12,8 +12,7 @@ using mpg::Mode;
 using mpg_test::GuardedMatrix;
 
 mpg::Options reference_options() {
-  mpg::Options o;
-  o.path = mpg::Path::kReference;
+  const mpg::Options o = mpg_test::path_options(mpg_test::kReferencePath);
   return o;
 }
 

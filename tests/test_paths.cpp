@@ -55,8 +55,7 @@ void sweep(PathCase path, Mode mode) {
       auto grad = make_matrix<T>(routing.grad_rows, hidden, layout, 3);
       mpg_test::fill_random(grad, rng);
       auto want = make_matrix<T>(tokens, hidden, layout, 5);
-      mpg::Options reference;
-      reference.path = mpg::Path::kReference;
+      const mpg::Options reference = mpg_test::path_options(mpg_test::kReferencePath);
       ASSERT_TRUE(
           mpg_test::run_permute_grad(grad, routing.sorted_indices, topk, mode, want, reference)
               .ok());
@@ -145,8 +144,7 @@ TEST_P(ParallelForHook, SameBitsAsReference) {
     mpg_test::fill_random(grad, rng, mpg_test::Values::kWithSpecials);
     GuardedMatrix<T> want(300, 129);
     GuardedMatrix<T> got(300, 129);
-    mpg::Options reference;
-    reference.path = mpg::Path::kReference;
+    const mpg::Options reference = mpg_test::path_options(mpg_test::kReferencePath);
     ASSERT_TRUE(
         mpg_test::run_permute_grad(grad, routing.sorted_indices, 4, Mode::kPadded, want, reference)
             .ok());

@@ -215,8 +215,7 @@ TEST_P(SpecialValues, RandomWithSpecialsMatchesReference) {
     mpg_test::fill_random(grad, rng, mpg_test::Values::kWithSpecials);
     GuardedMatrix<T> want(40, 70);
     GuardedMatrix<T> got(40, 70);
-    mpg::Options reference;
-    reference.path = mpg::Path::kReference;
+    const mpg::Options reference = mpg_test::path_options(mpg_test::kReferencePath);
     ASSERT_TRUE(
         mpg_test::run_permute_grad(grad, routing.sorted_indices, 3, mode, want, reference).ok());
     ASSERT_TRUE(mpg_test::run_permute_grad(grad, routing.sorted_indices, 3, mode, got,
