@@ -1,6 +1,7 @@
 // mpg: MoE token-permute backward on CPUs. The umbrella header.
 //   mpg/permute_grad.hpp  the op, typed C++ API and Eigen overloads (numerics stated there)
 //   mpg/routing.hpp       sorted_indices from routing decisions, and the forward permute
+//   mpg/token_permute.hpp the forward MoeTokenPermute: sort copies by expert, copy rows
 //   mpg/aclnn.hpp         the vendor-style two-phase API
 #pragma once
 
@@ -9,5 +10,6 @@
 #include "mpg/permute_grad.hpp"
 #include "mpg/routing.hpp"
 #include "mpg/status.hpp"
+#include "mpg/token_permute.hpp"
 #include "mpg/types.hpp"
 #include "mpg/version.hpp"

@@ -102,4 +102,16 @@ struct IndexView {
       : data(v.data()), size(static_cast<int64_t>(v.size())) {}
 };
 
+// A writable run of `size` indices (e.g. MoeTokenPermute's sorted_indices_out).
+template <class I>
+struct MutableIndexView {
+  I* data = nullptr;
+  int64_t size = 0;
+
+  MutableIndexView() = default;
+  MutableIndexView(I* data_, int64_t size_) : data(data_), size(size_) {}
+  MutableIndexView(std::vector<I>& v)  // NOLINT(google-explicit-constructor)
+      : data(v.data()), size(static_cast<int64_t>(v.size())) {}
+};
+
 }  // namespace mpg
