@@ -12,10 +12,16 @@ using mpg::ErrorCode;
 using mpg_test::GuardedBuffer;
 using mpg_test::GuardedMatrix;
 
-// The paths compared here: the oracle, the fast path with and without streaming-store support.
-const mpg_test::PathCase kPermutePaths[] = {mpg_test::kReferencePath,
-                                            {mpg::Path::kFast, mpg::Isa::kPortable},
-                                            {mpg::Path::kFast, mpg::Isa::kAuto}};
+// The paths compared here: the oracle, and the fast path on every kernel set this CPU runs (the
+// ISA picks the streaming-store row copy of large outputs).
+std::vector<mpg_test::PathCase> permute_paths() {
+  std::vector<mpg_test::PathCase> paths;
+  for (const auto& p : mpg_test::kAllPaths) {
+    if (mpg_test::path_supported(p)) paths.push_back(p);
+  }
+  return paths;
+}
+const std::vector<mpg_test::PathCase> kPermutePaths = permute_paths();
 
 template <class T, class E>
 mpg::Status run_token_permute(const GuardedMatrix<T>& tokens, const std::vector<E>& expert_ids,
@@ -347,16 +353,19 @@ TEST(TokenPermute, LargeOutputStreamsAndMatchesReference) {
     ASSERT_TRUE(run_token_permute(tokens, ids, topk, -3, want, want_sorted,
                                   path_options(mpg_test::kReferencePath))
                     .ok());
-    for (int threads : {1, 2}) {
-      GuardedMatrix<float> got(n * topk - 3, hidden, hidden + 2, true);
-      GuardedBuffer<int32_t> got_sorted(static_cast<size_t>(n * topk));
-      const mpg_test::PathCase fast{mpg::Path::kFast, mpg::Isa::kAuto};
-      ASSERT_TRUE(run_token_permute(tokens, ids, topk, -3, got, got_sorted,
-                                    mpg_test::path_options(fast, threads))
-                      .ok());
-      EXPECT_TRUE(got.same_bytes(want));
-      EXPECT_TRUE(got.guards_intact());
-      EXPECT_EQ(contents(got_sorted), contents(want_sorted));
+    for (const auto& path : kPermutePaths) {
+      if (path.path == mpg::Path::kReference) continue;
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(mpg_test::path_name(path) + " threads " + std::to_string(threads));
+        GuardedMatrix<float> got(n * topk - 3, hidden, hidden + 2, true);
+        GuardedBuffer<int32_t> got_sorted(static_cast<size_t>(n * topk));
+        ASSERT_TRUE(run_token_permute(tokens, ids, topk, -3, got, got_sorted,
+                                      mpg_test::path_options(path, threads))
+                        .ok());
+        EXPECT_TRUE(got.same_bytes(want));
+        EXPECT_TRUE(got.guards_intact());
+        EXPECT_EQ(contents(got_sorted), contents(want_sorted));
+      }
     }
   }
 }

@@ -56,6 +56,13 @@ Status count_per_expert(IndexView<E> expert_ids, int64_t num_topk, int64_t num_e
 // Writes sorted_indices[t*K + k] = position of copy (t, k) in the expert-sorted order, and
 // *num_rows = R, the rows of permuted_output_grad: num_out_tokens if given (clamped to N*K, as
 // the forward keeps only the first R sorted rows), else N*K.
+//
+// Against mpg::token_permute (MoeTokenPermute, token_permute.hpp) on the same expert ids:
+// sorted_indices are identical (the same stable order), and for num_out_tokens >= 1 R equals
+// its n, so permute() below with these indices writes the same rows. They differ only in
+// num_out_tokens <= 0: here 0 keeps no copy and a negative value is an error, where
+// token_permute reads 0 as "keep all" and a negative value as counting back from N*K. Here
+// ids must also be < num_experts (token_permute: < 2^24 - 1), and int64 indices are allowed.
 template <class I, class E>
 Status route_dropless(IndexView<E> expert_ids, int64_t num_topk, int64_t num_experts,
                       std::optional<int64_t> num_out_tokens, std::vector<I>* sorted_indices,
