@@ -37,6 +37,7 @@ if(MODE STREQUAL "find_package")
        ${prefix}/*/mpgTargets.cmake)
   list(LENGTH config_files num_config_files)
   if(NOT EXISTS ${prefix}/include/mpg/mpg.hpp OR NOT EXISTS ${prefix}/include/mpg/detail
+     OR NOT EXISTS ${prefix}/include/mpg/acl_host/acl/acl.h
      OR NOT EXISTS ${prefix}/share/licenses/mpg/LICENSE OR NOT num_config_files EQUAL 3)
     message(FATAL_ERROR "install to ${prefix} is missing headers, LICENSE or package files")
   endif()
@@ -64,4 +65,6 @@ endif()
 
 run_step("build consumer" ${CMAKE_COMMAND} --build ${consumer_build})
 run_step("run consumer" ${consumer_build}/consumer)
+message(STATUS "[${MODE}] ${last_output}")
+run_step("run acl_host consumer" ${consumer_build}/acl_host_consumer)
 message(STATUS "[${MODE}] ${last_output}")

@@ -4,6 +4,14 @@
 
 #include <mpg/mpg.hpp>
 
+// mpg::mpg alone must not reach the host shim's ACL headers (they are opt-in: mpg::acl_host).
+#if __has_include(<acl/acl.h>)
+#include <acl/acl.h>
+#ifdef MPG_ACL_HOST
+#error "mpg::mpg's include path reaches the host shim's acl/acl.h"
+#endif
+#endif
+
 int main() {
   // Dropless, R = 3 of N*K = 4 rows kept: the copy at sorted position 3 was dropped.
   // G rows (H = 2): row r = {r + 1, 10 * (r + 1)}.

@@ -1,0 +1,63 @@
+// The expected output of permute_grad.cpp: the same cases through mpg's typed API, printed in
+// the same format. Built against mpg::mpg alone.
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "mpg/mpg.hpp"
+#include "permute_grad_cases.h"
+#include "print_bits.h"
+
+namespace {
+
+// Reinterprets 16-bit patterns as T (mpg::half or mpg::bfloat16) and back.
+template <class T>
+std::vector<T> from_bits(const std::vector<uint16_t>& bits) {
+  std::vector<T> values;
+  for (const uint16_t b : bits) values.push_back(Eigen::numext::bit_cast<T>(b));
+  return values;
+}
+
+bool report(const char* name, const mpg::Status& s) {
+  if (!s.ok()) std::printf("%s: %s\n", name, s.message().c_str());
+  return s.ok();
+}
+
+}  // namespace
+
+int main() {
+  {
+    using C = permute_grad_cases::Padded;
+    const auto grad = from_bits<mpg::bfloat16>(C::grad());
+    auto out = from_bits<mpg::bfloat16>(C::out());
+    const auto indices = C::sorted_indices();
+    const mpg::Status s = mpg::permute_grad<mpg::bfloat16, int64_t>(
+        {grad.data(), C::kExperts * C::kCapacity, C::kHidden, C::kRowStride}, indices, C::kTopk,
+        mpg::Mode::kPadded, {out.data() + C::kOutOffset, C::kTokens, C::kHidden, C::kOutRowStride});
+    if (!report("padded_bf16_int64", s)) return 1;
+    PrintBits("padded_bf16_int64 out", out);
+  }
+  {
+    using C = permute_grad_cases::Dropless;
+    const auto grad = from_bits<mpg::half>(C::grad());
+    auto out = from_bits<mpg::half>(C::out());
+    const auto indices = C::sorted_indices();
+    const mpg::Status s = mpg::permute_grad<mpg::half, int32_t>(
+        {grad.data(), C::kRows, C::kHidden}, indices, C::kTopk, mpg::Mode::kDropless,
+        {out.data(), C::kTokens, C::kHidden});
+    if (!report("dropless_f16_int32", s)) return 1;
+    PrintBits("dropless_f16_int32 out", out);
+  }
+  {
+    using C = permute_grad_cases::Hand;
+    const auto grad = C::grad();
+    auto out = C::out();
+    const auto indices = C::sorted_indices();
+    const mpg::Status s = mpg::permute_grad<float, int32_t>({grad.data(), C::kRows, C::kHidden},
+                                                            indices, C::kTopk, mpg::Mode::kDropless,
+                                                            {out.data(), C::kTokens, C::kHidden});
+    if (!report("hand_f32", s)) return 1;
+    PrintBits("hand_f32 out", out);
+  }
+  return 0;
+}
