@@ -1,29 +1,10 @@
 // The expected output of permute_grad.cpp: the same cases through mpg's typed API, printed in
 // the same format. Built against mpg::mpg alone.
 #include <cstdint>
-#include <cstdio>
 #include <vector>
 
-#include "mpg/mpg.hpp"
-#include "permute_grad_cases.h"
-#include "print_bits.h"
-
-namespace {
-
-// Reinterprets 16-bit patterns as T (mpg::half or mpg::bfloat16) and back.
-template <class T>
-std::vector<T> from_bits(const std::vector<uint16_t>& bits) {
-  std::vector<T> values;
-  for (const uint16_t b : bits) values.push_back(Eigen::numext::bit_cast<T>(b));
-  return values;
-}
-
-bool report(const char* name, const mpg::Status& s) {
-  if (!s.ok()) std::printf("%s: %s\n", name, s.message().c_str());
-  return s.ok();
-}
-
-}  // namespace
+#include "cases.h"
+#include "typed_program.h"
 
 int main() {
   {
