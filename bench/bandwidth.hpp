@@ -1,0 +1,425 @@
+// bench/bandwidth.hpp: the same-run bandwidth yardstick and the row helpers shared by mpg's
+// Google Benchmark binaries (bench/bench_<op>.cpp).
+//
+// THE YARDSTICK. For an op that reads R bytes and writes W bytes (its byte model), the yardstick
+// is the plainest fast code that moves the same bytes: it reads R bytes sequentially from one
+// buffer (AVX-512 loads into 8 independent accumulators, else AVX2, else portable 64-bit loads),
+// then writes W bytes with non-temporal stores of whole 64-byte lines (_mm512_stream_si512 /
+// _mm256_stream_si256, then sfence; plain stores on the portable path). With n threads the
+// buffers are cut into n x kChunksPerThread contiguous chunks run on mpg's own thread pool, so
+// the yardstick and the op pay the same wake-up and balance a descheduled thread the same way
+// (OpenMP was not used: its threads spin after a region and would steal the CPU from the op's
+// pool, which runs right after it). Its buffers are allocated and touched once, outside the timed
+// loop, with ordinary 4 KiB pages like the op's. It has no gather, no conversion and no
+// arithmetic worth the name: an op cannot beat it by much, and
+//     efficiency = yardstick time / op time   (same bytes, same thread count, same run)
+// is the share of the machine's plain streaming bandwidth the op reaches. The yardstick is
+// timed right before each op call (interleaved), so load from other processes hits both.
+//
+// HOW TO ADD AN OP'S ROWS (bench/bench_<op>.cpp):
+//
+//   void BM_MyOp(benchmark::State& state, mpg::bench::Yardstick yardstick) {  // per op and dtype
+//     const int threads = static_cast<int>(state.range(kThreadsArg));
+//     MyFixture& f = mpg::bench::cached_fixture<MyFixture>(key, [&](MyFixture& f) { ... });
+//     // build inputs, run the reference path, run the fast path once and memcmp: on a
+//     // mismatch state.SkipWithError(...) and return (never time a wrong answer).
+//     mpg::bench::ByteModel bytes;
+//     bytes.read = kept_rows * H * sizeof(T) + indices_bytes;  // what the op must read
+//     bytes.write = N * H * sizeof(T);                          // what it must write
+//     mpg::bench::time_op(state, bytes, threads, [&] { return mpg::my_op(..., options); },
+//                         yardstick);
+//   }
+//   // DRAM-sized shapes against the yardstick; in-cache and tiny shapes with Yardstick::kNone.
+//   mpg::bench::add_rows("BM_MyOp_BF16_I32", mpg::bench::Yardstick::kSameRun, BM_MyOp,
+//                        {"tokens", "topk", "hidden", "threads"}, {4096, 8, 4096}, {1, 2});
+//   // and mpg::bench::add_context(); in main() before benchmark::Initialize.
+//
+// NAMING CONVENTION (bench/compare_pytorch.py and scripts/plot_bench.py rely on it):
+//   BM_<Op>_<dtype>[_<index dtype>][_<variant>][/isa:<name>]/<arg>:<value>/.../threads:<n>
+//   e.g. BM_PermuteGrad_BF16_I32/tokens:4096/topk:8/hidden:4096/experts:64/kept_pct:100/threads:1
+//   <Op> is the vendor op without the "Moe" prefix (PermuteGrad, TokenUnpermute,
+//   InitRoutingV2Grad, TokenPermute, TokenUnpermuteGrad); dtypes are FP32, FP16, BF16, I32,
+//   I64; probs dtypes follow as _P<dtype> (e.g. BM_TokenUnpermute_BF16_I32_PBF16). Args are
+//   named with ArgNames, "threads" is always last (0 = default Options), and rows forcing an
+//   ISA through Options::isa carry "/isa:<name>" (name_of(Isa)) right after the family name.
+//   Google Benchmark appends "/manual_time" (yardstick rows) or "/real_time" (the others).
+//
+// COUNTERS of every row (JSON: --benchmark_out=f.json --benchmark_out_format=json):
+//   bytes_per_second  the byte model's read + write bytes per second of the op
+//   GBps              the same in GB/s (1e9 bytes), for the console
+//   ref_GBps          the yardstick's rate for the same bytes in the same run (kSameRun rows)
+//   efficiency        yardstick time / op time, summed over the row's calls (kSameRun rows)
+//   read_MB, write_MB the byte model (1e6 bytes), so the JSON carries it
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mpg/mpg.hpp"  // also mpg::detail::ThreadPool (detail headers are not included directly)
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define MPG_BENCH_X86 1
+#include <immintrin.h>
+#define MPG_BENCH_TARGET_AVX2 __attribute__((target("avx2")))
+#define MPG_BENCH_TARGET_AVX512 __attribute__((target("avx512f")))
+#else
+#define MPG_BENCH_X86 0
+#endif
+
+namespace mpg::bench {
+
+// What an op must move, in bytes: every input byte it needs read once, every output byte
+// written once. Bytes it may skip (dropped copies) are not counted.
+struct ByteModel {
+  int64_t read = 0;
+  int64_t write = 0;
+  int64_t total() const { return read + write; }
+};
+
+// Bytes of `rows` rows of `hidden` elements of `elem_size` bytes.
+constexpr int64_t row_bytes(int64_t rows, int64_t hidden, int64_t elem_size) {
+  return rows * hidden * elem_size;
+}
+
+enum class Yardstick {
+  kSameRun,  // time the yardstick before every op call: ref_GBps and efficiency counters
+  kNone,     // in-cache or tiny rows, where a DRAM yardstick says nothing: GB/s only
+};
+
+namespace detail {
+
+inline constexpr int64_t kLine = 64;
+inline constexpr int64_t kReadStep = 8 * kLine;  // one iteration of the read loops
+// Chunks per thread: enough that a thread descheduled by another process is covered by the
+// other, few enough that each chunk is a long sequential stream (>= 1 MiB on the DRAM rows).
+inline constexpr int64_t kChunksPerThread = 16;
+
+struct AlignedFree {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char[], AlignedFree>;
+
+inline int64_t round_up(int64_t n, int64_t to) {
+  return (n + to - 1) / to * to;
+}
+
+#if MPG_BENCH_X86
+MPG_BENCH_TARGET_AVX512 inline uint64_t read_avx512(const unsigned char* p, int64_t n) {
+  // 8 accumulators: 2 loads per cycle, so enough independent adds that the loads never wait.
+  __m512i acc[8];
+  for (__m512i& a : acc) a = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += kReadStep) {
+    acc[0] = _mm512_add_epi64(acc[0], _mm512_load_si512(p + i));
+    acc[1] = _mm512_add_epi64(acc[1], _mm512_load_si512(p + i + 64));
+    acc[2] = _mm512_add_epi64(acc[2], _mm512_load_si512(p + i + 128));
+    acc[3] = _mm512_add_epi64(acc[3], _mm512_load_si512(p + i + 192));
+    acc[4] = _mm512_add_epi64(acc[4], _mm512_load_si512(p + i + 256));
+    acc[5] = _mm512_add_epi64(acc[5], _mm512_load_si512(p + i + 320));
+    acc[6] = _mm512_add_epi64(acc[6], _mm512_load_si512(p + i + 384));
+    acc[7] = _mm512_add_epi64(acc[7], _mm512_load_si512(p + i + 448));
+  }
+  for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_epi64(acc[0], acc[j]);
+  alignas(64) uint64_t lanes[8];  // not _mm512_reduce_add_epi64: g++ 12 warns inside it
+  _mm512_store_si512(lanes, acc[0]);
+  return std::accumulate(lanes, lanes + 8, uint64_t{0});
+}
+
+MPG_BENCH_TARGET_AVX512 inline void write_avx512(unsigned char* p, int64_t n) {
+  const __m512i v = _mm512_set1_epi32(0x3f803f80);
+  for (int64_t i = 0; i < n; i += kLine) _mm512_stream_si512(reinterpret_cast<__m512i*>(p + i), v);
+  _mm_sfence();
+}
+
+MPG_BENCH_TARGET_AVX2 inline uint64_t read_avx2(const unsigned char* p, int64_t n) {
+  __m256i acc[8];
+  for (__m256i& a : acc) a = _mm256_setzero_si256();
+  for (int64_t i = 0; i < n; i += kReadStep / 2) {
+    const auto* q = reinterpret_cast<const __m256i*>(p + i);
+    acc[0] = _mm256_add_epi64(acc[0], _mm256_load_si256(q));
+    acc[1] = _mm256_add_epi64(acc[1], _mm256_load_si256(q + 1));
+    acc[2] = _mm256_add_epi64(acc[2], _mm256_load_si256(q + 2));
+    acc[3] = _mm256_add_epi64(acc[3], _mm256_load_si256(q + 3));
+    acc[4] = _mm256_add_epi64(acc[4], _mm256_load_si256(q + 4));
+    acc[5] = _mm256_add_epi64(acc[5], _mm256_load_si256(q + 5));
+    acc[6] = _mm256_add_epi64(acc[6], _mm256_load_si256(q + 6));
+    acc[7] = _mm256_add_epi64(acc[7], _mm256_load_si256(q + 7));
+  }
+  for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
+  alignas(32) uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[0]);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+MPG_BENCH_TARGET_AVX2 inline void write_avx2(unsigned char* p, int64_t n) {
+  const __m256i v = _mm256_set1_epi32(0x3f803f80);
+  for (int64_t i = 0; i < n; i += kLine) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i), v);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i + 32), v);
+  }
+  _mm_sfence();
+}
+#endif
+
+inline uint64_t read_portable(const unsigned char* p, int64_t n) {
+  uint64_t acc[8] = {};
+  for (int64_t i = 0; i < n; i += kReadStep) {
+    for (int j = 0; j < 64; ++j) {
+      uint64_t v;
+      std::memcpy(&v, p + i + 8 * j, sizeof(v));
+      acc[j % 8] += v;
+    }
+  }
+  return std::accumulate(acc, acc + 8, uint64_t{0});
+}
+
+inline void write_portable(unsigned char* p, int64_t n) {
+  std::memset(p, 0x3f, static_cast<size_t>(n));
+}
+
+enum class Kernels { kPortable, kAvx2, kAvx512 };
+
+inline Kernels best_kernels() {
+#if MPG_BENCH_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return Kernels::kAvx512;
+  if (__builtin_cpu_supports("avx2")) return Kernels::kAvx2;
+#endif
+  return Kernels::kPortable;
+}
+
+inline uint64_t read_bytes(Kernels k, const unsigned char* p, int64_t n) {
+#if MPG_BENCH_X86
+  if (k == Kernels::kAvx512) return read_avx512(p, n);
+  if (k == Kernels::kAvx2) return read_avx2(p, n);
+#endif
+  (void)k;
+  return read_portable(p, n);
+}
+
+inline void write_bytes(Kernels k, unsigned char* p, int64_t n) {
+#if MPG_BENCH_X86
+  if (k == Kernels::kAvx512) return write_avx512(p, n);
+  if (k == Kernels::kAvx2) return write_avx2(p, n);
+#endif
+  (void)k;
+  write_portable(p, n);
+}
+
+// [begin, end) of chunk i of n over `bytes`, cut at multiples of `unit`.
+inline std::pair<int64_t, int64_t> chunk(int64_t bytes, int64_t i, int64_t n, int64_t unit) {
+  const int64_t units = bytes / unit;
+  return {units * i / n * unit, units * (i + 1) / n * unit};
+}
+
+}  // namespace detail
+
+// The yardstick's buffers (process-wide, grown on demand, touched once) and its one call.
+class BandwidthReference {
+ public:
+  static BandwidthReference& instance() {
+    static BandwidthReference reference;
+    return reference;
+  }
+
+  // Allocates and touches the buffers for `bytes`; call outside the timed loop.
+  void reserve(const ByteModel& bytes) {
+    grow(&in_, &in_size_, detail::round_up(bytes.read, detail::kReadStep));
+    grow(&out_, &out_size_, detail::round_up(bytes.write, detail::kLine));
+  }
+
+  // Reads bytes.read bytes, then writes bytes.write bytes with non-temporal stores, on
+  // `threads` threads (each chunk: its share of the read, then its share of the write).
+  void run(const ByteModel& bytes, int threads) {
+    reserve(bytes);
+    const int64_t read = detail::round_up(bytes.read, detail::kReadStep);
+    const int64_t write = detail::round_up(bytes.write, detail::kLine);
+    const int64_t max_chunks = std::max<int64_t>(1, read / detail::kReadStep);
+    const int64_t chunks = std::min<int64_t>(max_chunks, threads * detail::kChunksPerThread);
+    const auto task = [&](int64_t i) {
+      const auto [r0, r1] = detail::chunk(read, i, chunks, detail::kReadStep);
+      const auto [w0, w1] = detail::chunk(write, i, chunks, detail::kLine);
+      const uint64_t sum = detail::read_bytes(kernels_, in_.get() + r0, r1 - r0);
+      benchmark::DoNotOptimize(sum);
+      detail::write_bytes(kernels_, out_.get() + w0, w1 - w0);
+    };
+    mpg::detail::ThreadPool::instance().run(threads, chunks, task);
+    benchmark::ClobberMemory();
+  }
+
+  const char* kernels_name() const {
+    switch (kernels_) {
+      case detail::Kernels::kAvx512: return "avx512";
+      case detail::Kernels::kAvx2: return "avx2";
+      case detail::Kernels::kPortable: return "portable";
+    }
+    return "unknown";
+  }
+
+ private:
+  BandwidthReference() = default;
+
+  static void grow(detail::Buffer* buffer, int64_t* size, int64_t wanted) {
+    if (wanted <= *size) return;
+    buffer->reset();  // free first: the DRAM rows' buffers are hundreds of MiB
+    void* p = std::aligned_alloc(4096, static_cast<size_t>(detail::round_up(wanted, 4096)));
+    if (p == nullptr) std::abort();
+    std::memset(p, 1, static_cast<size_t>(wanted));  // first touch here, never in a timed call
+    buffer->reset(static_cast<unsigned char*>(p));
+    *size = wanted;
+  }
+
+  detail::Kernels kernels_ = detail::best_kernels();
+  detail::Buffer in_;
+  detail::Buffer out_;
+  int64_t in_size_ = 0;
+  int64_t out_size_ = 0;
+};
+
+// Threads a row's `threads` argument stands for (0 = mpg's default).
+inline int resolve_threads(int threads) {
+  return threads > 0 ? threads : mpg::detail::default_num_threads();
+}
+
+// The benchmark loop of one op row; `yardstick` is the one add_rows passed to the row's
+// function. `op` runs one call and returns something with ok() and message() (mpg::Status); a
+// failed warm-up call ends the row with an error. kSameRun rows time each call themselves
+// (manual time), right after a yardstick run with the same bytes and threads; kNone rows use
+// Google Benchmark's own loop (real time).
+template <class Op>
+void time_op(benchmark::State& state, const ByteModel& bytes, int threads, Op&& op,
+             Yardstick yardstick) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  const int ref_threads = resolve_threads(threads);
+  auto& reference = BandwidthReference::instance();
+  if (yardstick == Yardstick::kSameRun) {
+    reference.reserve(bytes);
+    reference.run(bytes, ref_threads);  // warm-up: wakes the pool; the buffers are touched
+  }
+  if (auto s = op(); !s.ok()) {  // warm-up, and a last check that the op runs
+    state.SkipWithError(("op failed: " + s.message()).c_str());
+    return;
+  }
+
+  double op_seconds = 0.0;
+  double ref_seconds = 0.0;
+  if (yardstick == Yardstick::kSameRun) {
+    for (auto _ : state) {
+      const auto ref_start = Clock::now();
+      reference.run(bytes, ref_threads);
+      ref_seconds += seconds_since(ref_start);
+      const auto start = Clock::now();
+      auto s = op();
+      benchmark::DoNotOptimize(s);
+      benchmark::ClobberMemory();
+      const double seconds = seconds_since(start);
+      op_seconds += seconds;
+      state.SetIterationTime(seconds);
+    }
+  } else {
+    const auto start = Clock::now();
+    for (auto _ : state) {
+      auto s = op();
+      benchmark::DoNotOptimize(s);
+      benchmark::ClobberMemory();
+    }
+    op_seconds = seconds_since(start);
+  }
+
+  const double calls = static_cast<double>(state.iterations());
+  const double total = static_cast<double>(bytes.total());
+  state.SetBytesProcessed(static_cast<int64_t>(calls * total));
+  state.counters["GBps"] = op_seconds > 0.0 ? calls * total / op_seconds / 1e9 : 0.0;
+  state.counters["read_MB"] = static_cast<double>(bytes.read) / 1e6;
+  state.counters["write_MB"] = static_cast<double>(bytes.write) / 1e6;
+  if (yardstick == Yardstick::kSameRun && op_seconds > 0.0 && ref_seconds > 0.0) {
+    state.counters["ref_GBps"] = calls * total / ref_seconds / 1e9;
+    state.counters["efficiency"] = ref_seconds / op_seconds;
+  }
+}
+
+// Registers `name` with one row per thread count: args = shape followed by the thread count,
+// arg_names = the shape's names followed by "threads". The row runs fn(state, extra...,
+// yardstick); fn passes that yardstick on to time_op. kSameRun rows are UseManualTime (named
+// .../manual_time), kNone rows UseRealTime (.../real_time): the work runs on the pool's threads,
+// so the CPU time of the calling thread means little.
+template <class Fn, class... Extra>
+benchmark::internal::Benchmark* add_rows(const std::string& name, Yardstick yardstick, Fn&& fn,
+                                         const std::vector<std::string>& arg_names,
+                                         const std::vector<int64_t>& shape,
+                                         const std::vector<int64_t>& threads, Extra&&... extra) {
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), std::forward<Fn>(fn),
+                                         std::forward<Extra>(extra)..., yardstick)
+                ->ArgNames(arg_names);
+  if (yardstick == Yardstick::kSameRun) {
+    b->UseManualTime();
+  } else {
+    b->UseRealTime();
+  }
+  for (int64_t n : threads) {
+    std::vector<int64_t> args = shape;
+    args.push_back(n);
+    b->Args(args);
+  }
+  return b;
+}
+
+// One fixture (inputs, outputs, expected result) at a time, rebuilt when the key changes:
+// consecutive rows of one case (thread counts, repetitions) share it, and memory stays bounded
+// by the largest case. `build(F&)` fills a fresh fixture.
+template <class F, class Key, class Build>
+F& cached_fixture(const Key& key, Build&& build) {
+  struct Slot {
+    Key key;
+    std::unique_ptr<F> fixture;
+  };
+  static Slot slot;
+  if (slot.fixture == nullptr || !(slot.key == key)) {
+    slot.fixture.reset();  // free the previous case before building this one
+    slot.fixture = std::make_unique<F>();
+    slot.key = key;
+    build(*slot.fixture);
+  }
+  return *slot.fixture;
+}
+
+// Realistic top-K routing: token t picks `topk` distinct experts of `experts` uniformly at random.
+inline std::vector<int32_t> random_expert_ids(int64_t tokens, int64_t topk, int64_t experts,
+                                              std::mt19937_64& rng) {
+  std::vector<int32_t> all(static_cast<size_t>(experts));
+  std::iota(all.begin(), all.end(), 0);
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(tokens * topk));
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t k = 0; k < topk; ++k) {
+      std::uniform_int_distribution<int64_t> pick(k, experts - 1);
+      std::swap(all[static_cast<size_t>(k)], all[static_cast<size_t>(pick(rng))]);
+      ids.push_back(all[static_cast<size_t>(k)]);
+    }
+  }
+  return ids;
+}
+
+// Context lines every bench binary should record (shown in the JSON "context").
+inline void add_context() {
+  benchmark::AddCustomContext("yardstick_kernels", BandwidthReference::instance().kernels_name());
+  benchmark::AddCustomContext("yardstick",
+                              "sequential read of the op's read bytes from one buffer, then "
+                              "non-temporal write of its written bytes; same threads, same run");
+}
+
+}  // namespace mpg::bench
