@@ -35,14 +35,28 @@
 //   // and mpg::bench::add_context(); in main() before benchmark::Initialize.
 //
 // NAMING CONVENTION (bench/compare_pytorch.py and scripts/plot_bench.py rely on it):
-//   BM_<Op>_<dtype>[_<index dtype>][_<variant>][/isa:<name>]/<arg>:<value>/.../threads:<n>
-//   e.g. BM_PermuteGrad_BF16_I32/tokens:4096/topk:8/hidden:4096/experts:64/kept_pct:100/threads:1
-//   <Op> is the vendor op without the "Moe" prefix (PermuteGrad, TokenUnpermute,
-//   InitRoutingV2Grad, TokenPermute, TokenUnpermuteGrad); dtypes are FP32, FP16, BF16, I32,
-//   I64; probs dtypes follow as _P<dtype> (e.g. BM_TokenUnpermute_BF16_I32_PBF16). Args are
-//   named with ArgNames, "threads" is always last (0 = default Options), and rows forcing an
-//   ISA through Options::isa carry "/isa:<name>" (name_of(Isa)) right after the family name.
-//   Google Benchmark appends "/manual_time" (yardstick rows) or "/real_time" (the others).
+//   binary: bench_<op in snake case>; rows:
+//     BM_<Op>[Padded]_<dtype>_<index dtype>[_P<probs dtype>][/isa:<name>]/<arg>:<v>/.../threads:<n>
+//   <Op> is the vendor op without "Moe"; dtypes FP32, FP16, BF16, I32, I64; args named with
+//   ArgNames, "threads" always last (0 = default Options); rows forcing an ISA through
+//   Options::isa carry "/isa:<name>" (mpg::name_of) right after the family name. The shape
+//   args are tokens, topk, hidden, experts, then kept_pct (dropless: num_out_tokens or
+//   active_num = N*K*kept_pct/100) or capacity (padded). The rows compare_pytorch.py expects:
+//     bench_permute_grad          BM_PermuteGrad_BF16_I32        4096 x 8 x 4096, 64 experts, 100%
+//                                 BM_PermuteGrad_FP32_I32        8192 x 2 x 4096, 8, 100%
+//                                 BM_PermuteGrad_FP16_I32        2048 x 8 x 7168, 256, 90%
+//                                 BM_PermuteGradPadded_BF16_I32  4096 x 8 x 4096, 64 x capacity 640
+//     bench_token_unpermute       BM_TokenUnpermute_BF16_I32_PBF16   4096 x 8 x 4096, 64, 100%
+//                                 BM_TokenUnpermute_FP16_I32_PFP16   2048 x 8 x 7168, 256, 90%
+//     bench_init_routing_v2_grad  BM_InitRoutingV2Grad_BF16_I32        4096 x 8 x 4096, 64, 100%
+//                                 BM_InitRoutingV2GradPadded_BF16_I32  4096 x 8 x 4096, 64 x 640
+//     bench_token_permute         BM_TokenPermute_BF16_I32       4096 x 8 x 4096, 64, 100%
+//     bench_token_unpermute_grad  BM_TokenUnpermuteGrad_BF16_I32_PBF16  4096 x 8 x 4096, 64, 100%
+//                                 BM_TokenUnpermuteGrad_FP32_I32_PFP32  8192 x 2 x 4096, 8, 100%
+//   each at threads 1 and 2, e.g.
+//   BM_TokenUnpermute_BF16_I32_PBF16/tokens:4096/topk:8/hidden:4096/experts:64/kept_pct:100/threads:1
+//   CMake builds every bench/bench_*.cpp (no CMake edit needed); scripts/bench.sh runs and charts
+//   every one of them.
 //
 // COUNTERS of every row (JSON: --benchmark_out=f.json --benchmark_out_format=json):
 //   bytes_per_second  the byte model's read + write bytes per second of the op

@@ -180,8 +180,10 @@ void register_all() {
   add<half, int32_t>("BM_PermuteGrad_FP16_I32", Mode::kDropless, {2048, 8, 7168, 256, 90}, {1, 2});
   add<bfloat16, int32_t>("BM_PermuteGradPadded_BF16_I32", Mode::kPadded, {4096, 8, 4096, 64, 640},
                          {1, 2});
-  // One forced row per kernel set this CPU runs, on the bf16 DRAM shape at one thread.
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+  // One forced row per kernel set this CPU runs (every Isa value after kAuto), on the bf16 DRAM
+  // shape at one thread.
+  for (int i = 1; std::string(mpg::name_of(static_cast<Isa>(i))) != "unknown"; ++i) {
+    const auto isa = static_cast<Isa>(i);
     if (!mpg::detail::cpu_supports(isa)) continue;
     add<bfloat16, int32_t>("BM_PermuteGrad_BF16_I32", Mode::kDropless, {4096, 8, 4096, 64, 100},
                            {1}, Yardstick::kSameRun, isa);

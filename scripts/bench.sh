@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Regenerates every benchmark number and chart of the README, on an idle machine:
+#   1. builds every bench/bench_*.cpp twice: plain -O2 (run-time ISA dispatch) and -march=native;
+#   2. runs each with repetitions (medians), writing Google Benchmark JSON;
+#   3. draws one chart per bench binary (docs/<binary>.png) and writes the Markdown tables;
+#   4. runs bench/compare_pytorch.py (PyTorch composites) on the -O2 build.
+# Results go to docs/bench/ (JSON, tables, machine summary), charts to docs/.
+#
+#   bash scripts/bench.sh                  # everything, 5 repetitions
+#   MPG_BENCH_REPETITIONS=9 MPG_BENCH_FILTER='threads:[12]' bash scripts/bench.sh
+#
+#   MPG_BENCH_REPETITIONS  repetitions per row (default 5)
+#   MPG_BENCH_FILTER       --benchmark_filter regex (default: all rows)
+#   MPG_BENCH_BUILDS       builds to run, among "O2 native" (default: both)
+#   MPG_BENCH_OUT          output directory (default: docs/bench)
+#   MPG_BENCH_PYTORCH      0 to skip the PyTorch comparison (default 1)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+repetitions=${MPG_BENCH_REPETITIONS:-5}
+filter=${MPG_BENCH_FILTER:-.}
+builds=${MPG_BENCH_BUILDS:-O2 native}
+out=${MPG_BENCH_OUT:-docs/bench}
+python=/usr/bin/python3  # Debian's python: python3-matplotlib and python3-torch live there
+
+bash scripts/install_deps.sh python3-matplotlib
+mkdir -p "$out"
+
+build_flags() {
+  case $1 in
+    O2) echo "" ;;
+    native) echo "-march=native" ;;
+    *) echo "bench.sh: unknown build $1 (O2 or native)" >&2; exit 1 ;;
+  esac
+}
+
+benches=()
+for source in bench/bench_*.cpp; do benches+=("$(basename "$source" .cpp)"); done
+
+for build in $builds; do
+  dir=build-bench-$build
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
+    "-DCMAKE_CXX_FLAGS=$(build_flags "$build")" -DMPG_BUILD_TESTS=OFF -DMPG_BUILD_EXAMPLES=OFF \
+    >/dev/null
+  targets=()
+  for bench in "${benches[@]}"; do targets+=(--target "$bench"); done
+  cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
+done
+
+{
+  echo "date: $(date -u '+%F %T UTC')"
+  echo "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+  lscpu | grep -E '^(Model name|CPU family|Model:|CPU\(s\)|Thread|Core|Socket|L1d|L2|L3|NUMA node\(s\))'
+  echo "SIMD: $(grep -m1 -o -E 'avx2|avx512(f|bw|vl|_bf16)' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  echo "memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
+  echo "kernel: $(uname -r); compiler: $(c++ --version | head -1)"
+  echo "google benchmark: $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
+} >"$out/machine.txt"
+cat "$out/machine.txt"
+
+for bench in "${benches[@]}"; do
+  inputs=()
+  for build in $builds; do
+    json=$out/$bench-$build.json
+    echo "=== $bench ($build): $repetitions repetitions, filter '$filter'"
+    "build-bench-$build/bench/$bench" --benchmark_filter="$filter" \
+      --benchmark_repetitions="$repetitions" --benchmark_report_aggregates_only=true \
+      --benchmark_out="$json" --benchmark_out_format=json
+    inputs+=("$build=$json")
+  done
+  if [[ $bench == bench_bandwidth ]]; then continue; fi  # the yardstick alone: no ref column
+  "$python" scripts/plot_bench.py --markdown -o "docs/$bench.png" "${inputs[@]}" \
+    >"$out/$bench.md" || echo "bench.sh: no chart for $bench"
+  cat "$out/$bench.md"
+done
+
+if [[ ${MPG_BENCH_PYTORCH:-1} != 0 ]]; then
+  first_build=${builds%% *}
+  # mpg's side from the JSON just written; PyTorch timed now (torch: apt-get install python3-torch)
+  "$python" bench/compare_pytorch.py --repetitions "$repetitions" --json-dir "$out" \
+    --build "$first_build" --bench-dir "build-bench-$first_build/bench" |
+    tee "$out/compare_pytorch.txt"
+fi
+echo "bench.sh: results in $out/, charts in docs/bench_*.png"
