@@ -3,8 +3,11 @@
 #   1. builds every bench/bench_*.cpp twice: plain -O2 (run-time ISA dispatch) and -march=native;
 #   2. runs each with repetitions (medians), writing Google Benchmark JSON;
 #   3. draws one chart per bench binary (docs/<binary>.png) and writes the Markdown tables;
-#   4. runs bench/compare_pytorch.py (PyTorch composites) on the -O2 build.
-# Results go to docs/bench/ (JSON, tables, machine summary), charts to docs/.
+#   4. runs bench/compare_pytorch.py (PyTorch composites) on the -O2 build;
+#   5. assembles docs/bench/results.md and puts it into README.md between the markers
+#      <!-- bench-results:begin ... --> and <!-- bench-results:end -->.
+# Results go to docs/bench/ (JSON, tables, machine summary), charts to docs/. Review the README
+# diff (and the prose around the block, which cites no numbers) and commit.
 #
 #   bash scripts/bench.sh                  # everything, 5 repetitions
 #   MPG_BENCH_REPETITIONS=9 MPG_BENCH_FILTER='threads:[12]' bash scripts/bench.sh
@@ -14,6 +17,9 @@
 #   MPG_BENCH_BUILDS       builds to run, among "O2 native" (default: both)
 #   MPG_BENCH_OUT          output directory (default: docs/bench)
 #   MPG_BENCH_PYTORCH      0 to skip the PyTorch comparison (default 1)
+#   MPG_BENCH_README       0 to leave README.md alone (default 1)
+#   MPG_BENCH_NOTE         a line put first in the results block (e.g. a provisional warning)
+#   MPG_BENCH_RUN          0: build and run nothing, redo charts, tables and README from the JSON
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -25,6 +31,7 @@ python=/usr/bin/python3  # Debian's python: python3-matplotlib and python3-torch
 
 bash scripts/install_deps.sh python3-matplotlib
 mkdir -p "$out"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 build_flags() {
   case $1 in
@@ -37,7 +44,9 @@ build_flags() {
 benches=()
 for source in bench/bench_*.cpp; do benches+=("$(basename "$source" .cpp)"); done
 
+run=${MPG_BENCH_RUN:-1}
 for build in $builds; do
+  if [[ $run == 0 ]]; then break; fi
   dir=build-bench-$build
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
     "-DCMAKE_CXX_FLAGS=$(build_flags "$build")" -DMPG_BUILD_TESTS=OFF -DMPG_BUILD_EXAMPLES=OFF \
@@ -47,25 +56,26 @@ for build in $builds; do
   cmake --build "$dir" -j"$(nproc)" "${targets[@]}"
 done
 
-{
+if [[ $run != 0 ]]; then {
   echo "date: $(date -u '+%F %T UTC')"
-  echo "load average before the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
   lscpu | grep -E '^(Model name|CPU family|Model:|CPU\(s\)|Thread|Core|Socket|L1d|L2|L3|NUMA node\(s\))'
   echo "SIMD: $(grep -m1 -o -E 'avx2|avx512(f|bw|vl|_bf16)' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
   echo "kernel: $(uname -r); compiler: $(c++ --version | head -1)"
   echo "google benchmark: $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
-} >"$out/machine.txt"
+} >"$out/machine.txt"; fi
 cat "$out/machine.txt"
 
 for bench in "${benches[@]}"; do
   inputs=()
   for build in $builds; do
     json=$out/$bench-$build.json
-    echo "=== $bench ($build): $repetitions repetitions, filter '$filter'"
-    "build-bench-$build/bench/$bench" --benchmark_filter="$filter" \
-      --benchmark_repetitions="$repetitions" --benchmark_report_aggregates_only=true \
-      --benchmark_out="$json" --benchmark_out_format=json
+    if [[ $run != 0 ]]; then
+      echo "=== $bench ($build): $repetitions repetitions, filter '$filter'"
+      "build-bench-$build/bench/$bench" --benchmark_filter="$filter" \
+        --benchmark_repetitions="$repetitions" --benchmark_report_aggregates_only=true \
+        --benchmark_out="$json" --benchmark_out_format=json
+    fi
     inputs+=("$build=$json")
   done
   if [[ $bench == bench_bandwidth ]]; then continue; fi  # the yardstick alone: no ref column
@@ -74,11 +84,62 @@ for bench in "${benches[@]}"; do
   cat "$out/$bench.md"
 done
 
-if [[ ${MPG_BENCH_PYTORCH:-1} != 0 ]]; then
+if [[ ${MPG_BENCH_PYTORCH:-1} != 0 && $run != 0 ]]; then
   first_build=${builds%% *}
   # mpg's side from the JSON just written; PyTorch timed now (torch: apt-get install python3-torch)
   "$python" bench/compare_pytorch.py --repetitions "$repetitions" --json-dir "$out" \
     --build "$first_build" --bench-dir "build-bench-$first_build/bench" |
     tee "$out/compare_pytorch.txt"
 fi
-echo "bench.sh: results in $out/, charts in docs/bench_*.png"
+if [[ $run != 0 ]]; then
+  echo "Measured $(date -u '+%F %H:%M UTC') by \`bash scripts/bench.sh\` ($repetitions repetitions," \
+    "medians; load average $load_before before the builds, $(cut -d' ' -f1-3 /proc/loadavg)" \
+    "after)." >"$out/run.txt"
+fi
+results=$out/results.md
+{
+  if [[ -n ${MPG_BENCH_NOTE:-} ]]; then printf '%s\n\n' "$MPG_BENCH_NOTE"; fi
+  cat "$out/run.txt"
+  echo "Builds: \`O2\` = Release \`-O2\` with run-time ISA dispatch, \`native\` = the same plus"
+  echo "\`-march=native\`. Machine:"
+  echo
+  echo '```'
+  cat "$out/machine.txt"
+  echo '```'
+  for bench in "${benches[@]}"; do
+    echo
+    echo "**$bench**"
+    if [[ -f docs/$bench.png ]]; then printf '\n![%s](docs/%s.png)\n' "$bench" "$bench"; fi
+    echo
+    if [[ -f $out/$bench.md ]]; then
+      cat "$out/$bench.md"
+    else
+      inputs=()
+      for build in $builds; do inputs+=("$build=$out/$bench-$build.json"); done
+      "$python" scripts/plot_bench.py --markdown "${inputs[@]}" 2>/dev/null || true
+    fi
+  done
+  if [[ -f $out/compare_pytorch.txt ]]; then
+    echo
+    echo "**PyTorch composites** (\`bench/compare_pytorch.py\`, \`O2\` build; ratio = PyTorch time / mpg time):"
+    echo
+    echo '```'
+    cat "$out/compare_pytorch.txt"
+    echo '```'
+  fi
+} >"$results"
+
+if [[ ${MPG_BENCH_README:-1} != 0 ]]; then
+  "$python" - "$results" README.md <<'PY'
+import re, sys
+results, readme = sys.argv[1], sys.argv[2]
+text = open(readme).read()
+block = open(results).read().strip()
+pattern = re.compile(r"(<!-- bench-results:begin[^>]*-->\n).*?(\n<!-- bench-results:end -->)", re.S)
+if not pattern.search(text):
+    sys.exit("bench.sh: README.md has no bench-results markers; results are in " + results)
+open(readme, "w").write(pattern.sub(lambda m: m.group(1) + block + m.group(2), text))
+print("bench.sh: README.md's results block replaced by " + results)
+PY
+fi
+echo "bench.sh: results in $out/ (results.md, JSON, tables), charts in docs/bench_*.png"

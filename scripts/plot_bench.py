@@ -199,7 +199,8 @@ def main():
         if shapes:
             print(markdown(shapes))
         if others:
-            print()
+            if shapes:
+                print()
             print(markdown_others(others))
     if not shapes:
         sys.exit("plot_bench: no rows with ref_GBps in the input: no chart")
