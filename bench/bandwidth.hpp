@@ -392,23 +392,35 @@ benchmark::internal::Benchmark* add_rows(const std::string& name, Yardstick yard
   return b;
 }
 
-// One fixture (inputs, outputs, expected result) at a time, rebuilt when the key changes:
-// consecutive rows of one case (thread counts, repetitions) share it, and memory stays bounded
-// by the largest case. `build(F&)` fills a fresh fixture.
+// One fixture (inputs, outputs, expected result) at a time, process-wide and whatever its type:
+// consecutive rows of one case (thread counts, ISAs, repetitions) share it, a new case frees the
+// previous one before it is built, so memory stays bounded by the largest case. `build(F&)` fills
+// a fresh fixture.
+namespace detail {
+struct FixtureSlot {
+  const void* type = nullptr;  // identifies the (F, Key) instantiation
+  std::shared_ptr<void> key;
+  std::shared_ptr<void> fixture;
+};
+inline FixtureSlot& fixture_slot() {
+  static FixtureSlot slot;
+  return slot;
+}
+}  // namespace detail
+
 template <class F, class Key, class Build>
 F& cached_fixture(const Key& key, Build&& build) {
-  struct Slot {
-    Key key;
-    std::unique_ptr<F> fixture;
-  };
-  static Slot slot;
-  if (slot.fixture == nullptr || !(slot.key == key)) {
-    slot.fixture.reset();  // free the previous case before building this one
-    slot.fixture = std::make_unique<F>();
-    slot.key = key;
-    build(*slot.fixture);
+  static const char type_tag = 0;
+  detail::FixtureSlot& slot = detail::fixture_slot();
+  if (slot.type != &type_tag || !(*static_cast<const Key*>(slot.key.get()) == key)) {
+    slot = detail::FixtureSlot{};  // free the previous case before building this one
+    auto fresh = std::make_shared<F>();
+    build(*fresh);
+    slot.type = &type_tag;
+    slot.key = std::make_shared<Key>(key);
+    slot.fixture = std::move(fresh);
   }
-  return *slot.fixture;
+  return *static_cast<F*>(slot.fixture.get());
 }
 
 // Realistic top-K routing: token t picks `topk` distinct experts of `experts` uniformly at random.

@@ -49,8 +49,8 @@ struct Case {
     (mode == mpg::Mode::kDropless ? c.kept_pct : c.capacity) = state.range(kKeptPctOrCapacity);
     return c;
   }
-  std::vector<int64_t> key(int type_id) const {
-    return {type_id, static_cast<int64_t>(mode), tokens, topk, hidden, experts, kept_pct, capacity};
+  std::vector<int64_t> key() const {
+    return {static_cast<int64_t>(mode), tokens, topk, hidden, experts, kept_pct, capacity};
   }
 };
 
@@ -121,9 +121,8 @@ void BM_PermuteGrad(benchmark::State& state, mpg::Mode mode, mpg::Isa isa,
                     mpg::bench::Yardstick yardstick) {  // yardstick: from add_rows
   const Case c = Case::from(state, mode);
   const int threads = static_cast<int>(state.range(kThreads));
-  const int type_id = static_cast<int>(sizeof(T) * 16 + sizeof(I));
   auto& f = mpg::bench::cached_fixture<Fixture<T, I>>(
-      c.key(type_id), [&](Fixture<T, I>& fresh) { build(c, fresh); });
+      c.key(), [&](Fixture<T, I>& fresh) { build(c, fresh); });
   if (!f.error.empty()) {
     state.SkipWithError(f.error.c_str());
     return;
