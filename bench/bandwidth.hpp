@@ -3,7 +3,8 @@
 //
 // THE YARDSTICK. For an op that reads R bytes and writes W bytes (its byte model), the yardstick
 // is the plainest fast code that moves the same bytes: it reads R bytes sequentially from one
-// buffer (AVX-512 loads into 8 independent accumulators, else AVX2, else portable 64-bit loads),
+// buffer (AVX-512 loads into 8 independent accumulators, else AVX2, else portable 64-bit loads;
+// with or without a software prefetch 4 KiB ahead, whichever read faster at start-up),
 // then writes W bytes with non-temporal stores of whole 64-byte lines (_mm512_stream_si512 /
 // _mm256_stream_si256, then sfence; plain stores on the portable path). With n threads the
 // buffers are cut into n x kChunksPerThread contiguous chunks run on mpg's own thread pool, so
@@ -130,11 +131,27 @@ inline int64_t round_up(int64_t n, int64_t to) {
 }
 
 #if MPG_BENCH_X86
-MPG_BENCH_TARGET_AVX512 inline uint64_t read_avx512(const unsigned char* p, int64_t n) {
+// Software prefetch of the line kPrefetchBytes ahead of each loaded one, or none: which of the
+// two streams faster depends on the machine and its load (on this VM neither won every time), so
+// the yardstick times both once and keeps the faster (BandwidthReference::calibrate).
+inline constexpr int64_t kPrefetchBytes = 4096;
+
+template <bool kPrefetch>
+inline void prefetch_step(const unsigned char* p) {
+  if constexpr (kPrefetch) {
+    for (int64_t j = 0; j < kReadStep; j += kLine) __builtin_prefetch(p + kPrefetchBytes + j);
+  } else {
+    (void)p;
+  }
+}
+
+template <bool kPrefetch>
+MPG_BENCH_TARGET_AVX512 uint64_t read_avx512(const unsigned char* p, int64_t n) {
   // 8 accumulators: 2 loads per cycle, so enough independent adds that the loads never wait.
   __m512i acc[8];
   for (__m512i& a : acc) a = _mm512_setzero_si512();
   for (int64_t i = 0; i < n; i += kReadStep) {
+    prefetch_step<kPrefetch>(p + i);
     acc[0] = _mm512_add_epi64(acc[0], _mm512_load_si512(p + i));
     acc[1] = _mm512_add_epi64(acc[1], _mm512_load_si512(p + i + 64));
     acc[2] = _mm512_add_epi64(acc[2], _mm512_load_si512(p + i + 128));
@@ -156,19 +173,23 @@ MPG_BENCH_TARGET_AVX512 inline void write_avx512(unsigned char* p, int64_t n) {
   _mm_sfence();
 }
 
-MPG_BENCH_TARGET_AVX2 inline uint64_t read_avx2(const unsigned char* p, int64_t n) {
+template <bool kPrefetch>
+MPG_BENCH_TARGET_AVX2 uint64_t read_avx2(const unsigned char* p, int64_t n) {
   __m256i acc[8];
   for (__m256i& a : acc) a = _mm256_setzero_si256();
-  for (int64_t i = 0; i < n; i += kReadStep / 2) {
+  for (int64_t i = 0; i < n; i += kReadStep) {
+    prefetch_step<kPrefetch>(p + i);
     const auto* q = reinterpret_cast<const __m256i*>(p + i);
-    acc[0] = _mm256_add_epi64(acc[0], _mm256_load_si256(q));
-    acc[1] = _mm256_add_epi64(acc[1], _mm256_load_si256(q + 1));
-    acc[2] = _mm256_add_epi64(acc[2], _mm256_load_si256(q + 2));
-    acc[3] = _mm256_add_epi64(acc[3], _mm256_load_si256(q + 3));
-    acc[4] = _mm256_add_epi64(acc[4], _mm256_load_si256(q + 4));
-    acc[5] = _mm256_add_epi64(acc[5], _mm256_load_si256(q + 5));
-    acc[6] = _mm256_add_epi64(acc[6], _mm256_load_si256(q + 6));
-    acc[7] = _mm256_add_epi64(acc[7], _mm256_load_si256(q + 7));
+    for (int half = 0; half < 2; ++half, q += 8) {
+      acc[0] = _mm256_add_epi64(acc[0], _mm256_load_si256(q));
+      acc[1] = _mm256_add_epi64(acc[1], _mm256_load_si256(q + 1));
+      acc[2] = _mm256_add_epi64(acc[2], _mm256_load_si256(q + 2));
+      acc[3] = _mm256_add_epi64(acc[3], _mm256_load_si256(q + 3));
+      acc[4] = _mm256_add_epi64(acc[4], _mm256_load_si256(q + 4));
+      acc[5] = _mm256_add_epi64(acc[5], _mm256_load_si256(q + 5));
+      acc[6] = _mm256_add_epi64(acc[6], _mm256_load_si256(q + 6));
+      acc[7] = _mm256_add_epi64(acc[7], _mm256_load_si256(q + 7));
+    }
   }
   for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
   alignas(32) uint64_t lanes[4];
@@ -186,9 +207,11 @@ MPG_BENCH_TARGET_AVX2 inline void write_avx2(unsigned char* p, int64_t n) {
 }
 #endif
 
-inline uint64_t read_portable(const unsigned char* p, int64_t n) {
+template <bool kPrefetch>
+uint64_t read_portable(const unsigned char* p, int64_t n) {
   uint64_t acc[8] = {};
   for (int64_t i = 0; i < n; i += kReadStep) {
+    prefetch_step<kPrefetch>(p + i);
     for (int j = 0; j < 64; ++j) {
       uint64_t v;
       std::memcpy(&v, p + i + 8 * j, sizeof(v));
@@ -213,13 +236,14 @@ inline Kernels best_kernels() {
   return Kernels::kPortable;
 }
 
-inline uint64_t read_bytes(Kernels k, const unsigned char* p, int64_t n) {
+template <bool kPrefetch>
+uint64_t read_bytes(Kernels k, const unsigned char* p, int64_t n) {
 #if MPG_BENCH_X86
-  if (k == Kernels::kAvx512) return read_avx512(p, n);
-  if (k == Kernels::kAvx2) return read_avx2(p, n);
+  if (k == Kernels::kAvx512) return read_avx512<kPrefetch>(p, n);
+  if (k == Kernels::kAvx2) return read_avx2<kPrefetch>(p, n);
 #endif
   (void)k;
-  return read_portable(p, n);
+  return read_portable<kPrefetch>(p, n);
 }
 
 inline void write_bytes(Kernels k, unsigned char* p, int64_t n) {
@@ -253,6 +277,35 @@ class BandwidthReference {
     grow(&out_, &out_size_, detail::round_up(bytes.write, detail::kLine));
   }
 
+  // Once per process, outside any timed loop: times the read loop with and without software
+  // prefetch (7 alternations on one thread over 128 MiB) and keeps the faster, so the
+  // yardstick is the best of the two on this machine.
+  void calibrate() {
+    if (calibrated_) return;
+    calibrated_ = true;
+    const int64_t n = int64_t{128} << 20;  // 4x the L3 of common x86 chiplets
+    reserve(ByteModel{n, 0});
+    using Clock = std::chrono::steady_clock;
+    std::vector<double> seconds[2];
+    for (int round = 0; round < 8; ++round) {
+      for (int with_prefetch = 0; with_prefetch < 2; ++with_prefetch) {
+        const auto start = Clock::now();
+        const uint64_t sum = with_prefetch ? detail::read_bytes<true>(kernels_, in_.get(), n)
+                                           : detail::read_bytes<false>(kernels_, in_.get(), n);
+        benchmark::DoNotOptimize(sum);
+        const double s = std::chrono::duration<double>(Clock::now() - start).count();
+        if (round > 0) seconds[with_prefetch].push_back(s);  // round 0 warms up
+      }
+    }
+    for (auto& v : seconds) std::sort(v.begin(), v.end());
+    prefetch_ = seconds[1][seconds[1].size() / 2] < seconds[0][seconds[0].size() / 2];
+    read_GBps_[0] = static_cast<double>(n) / seconds[0][seconds[0].size() / 2] / 1e9;
+    read_GBps_[1] = static_cast<double>(n) / seconds[1][seconds[1].size() / 2] / 1e9;
+  }
+  bool prefetch() const { return prefetch_; }
+  // Single-thread read GB/s measured by calibrate(): [0] without, [1] with software prefetch.
+  double calibration_GBps(bool with_prefetch) const { return read_GBps_[with_prefetch ? 1 : 0]; }
+
   // Reads bytes.read bytes, then writes bytes.write bytes with non-temporal stores, on
   // `threads` threads (each chunk: its share of the read, then its share of the write).
   void run(const ByteModel& bytes, int threads) {
@@ -264,7 +317,8 @@ class BandwidthReference {
     const auto task = [&](int64_t i) {
       const auto [r0, r1] = detail::chunk(read, i, chunks, detail::kReadStep);
       const auto [w0, w1] = detail::chunk(write, i, chunks, detail::kLine);
-      const uint64_t sum = detail::read_bytes(kernels_, in_.get() + r0, r1 - r0);
+      const uint64_t sum = prefetch_ ? detail::read_bytes<true>(kernels_, in_.get() + r0, r1 - r0)
+                                     : detail::read_bytes<false>(kernels_, in_.get() + r0, r1 - r0);
       benchmark::DoNotOptimize(sum);
       detail::write_bytes(kernels_, out_.get() + w0, w1 - w0);
     };
@@ -295,6 +349,9 @@ class BandwidthReference {
   }
 
   detail::Kernels kernels_ = detail::best_kernels();
+  bool calibrated_ = false;
+  bool prefetch_ = false;
+  double read_GBps_[2] = {0.0, 0.0};
   detail::Buffer in_;
   detail::Buffer out_;
   int64_t in_size_ = 0;
@@ -322,6 +379,7 @@ void time_op(benchmark::State& state, const ByteModel& bytes, int threads, Op&& 
   auto& reference = BandwidthReference::instance();
   if (yardstick == Yardstick::kSameRun) {
     reference.reserve(bytes);
+    reference.calibrate();
     reference.run(bytes, ref_threads);  // warm-up: wakes the pool; the buffers are touched
   }
   if (auto s = op(); !s.ok()) {  // warm-up, and a last check that the op runs
@@ -442,7 +500,15 @@ inline std::vector<int32_t> random_expert_ids(int64_t tokens, int64_t topk, int6
 
 // Context lines every bench binary should record (shown in the JSON "context").
 inline void add_context() {
-  benchmark::AddCustomContext("yardstick_kernels", BandwidthReference::instance().kernels_name());
+  auto& reference = BandwidthReference::instance();
+  reference.calibrate();
+  benchmark::AddCustomContext("yardstick_kernels", reference.kernels_name());
+  benchmark::AddCustomContext(
+      "yardstick_read_prefetch",
+      std::string(reference.prefetch() ? "yes" : "no") +
+          " (calibration, 1 thread: " + std::to_string(reference.calibration_GBps(false)) +
+          " GB/s without, " + std::to_string(reference.calibration_GBps(true)) +
+          " GB/s with prefetch " + std::to_string(detail::kPrefetchBytes) + " B ahead)");
   benchmark::AddCustomContext("yardstick",
                               "sequential read of the op's read bytes from one buffer, then "
                               "non-temporal write of its written bytes; same threads, same run");
