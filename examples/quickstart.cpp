@@ -133,7 +133,7 @@ bool run_two_phase(std::vector<T>& grad, int64_t rows, std::vector<Index>& indic
       acl::CreateTensor(out_dims, 2, acl::DataType::kBFloat16, nullptr, 0, out->data());
   uint64_t workspace_size = 0;
   acl::Executor* executor = nullptr;
-  acl::Status status =
+  acl::aclnnStatus status =
       acl::MoeTokenPermuteGradGetWorkspaceSize(g, s, c.topk, false, o, &workspace_size, &executor);
   acl::DestroyTensor(g);  // descriptors are not needed after phase one
   acl::DestroyTensor(s);

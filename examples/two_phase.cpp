@@ -79,7 +79,7 @@ int main() {
   // 2. Phase one: validate shapes and dtypes, size the workspace, get an executor.
   uint64_t workspace_size = 0;
   acl::Executor* executor = nullptr;
-  acl::Status status = acl::MoeTokenPermuteGradGetWorkspaceSize(
+  acl::aclnnStatus status = acl::MoeTokenPermuteGradGetWorkspaceSize(
       grad_tensor, indices_tensor, num_topk, /*padded_mode=*/true, out_tensor, &workspace_size,
       &executor);
   CHECK_RET(status == acl::kSuccess,

@@ -10,6 +10,7 @@
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -51,26 +52,29 @@ struct Desc {
   bool null_tensor = false;
 };
 
+// What CreateTensor scales the offset by: the element size, or 1 for an unknown dtype.
 int64_t element_size(acl::DataType d) {
-  switch (d) {
-    case acl::DataType::kFloat:
-    case acl::DataType::kInt32: return 4;
-    case acl::DataType::kInt64: return 8;
-    default: return 2;  // what CreateTensor assumes for fp16, bf16 and unknown dtypes
-  }
+  return acl::size_of(d) > 0 ? acl::size_of(d) : 1;
 }
 
 bool is_element_dtype(acl::DataType d) {
-  return d == acl::DataType::kFloat || d == acl::DataType::kFloat16 ||
-         d == acl::DataType::kBFloat16;
+  mpg::DType dtype{};
+  return acl::to_dtype(d, &dtype) && mpg::is_arithmetic(dtype);
 }
+
+// The codes of a list of dtypes, from mpg's dtype table.
+template <class... T>
+constexpr std::array<acl::DataType, sizeof...(T)> codes_of(mpg::TypeList<T...>) {
+  return {acl::data_type_of<T>()...};
+}
+constexpr auto kElementCodes = codes_of(mpg::ElementTypeList{});
+constexpr auto kIndexCodes = codes_of(mpg::AllIndexTypes{});
 
 acl::DataType pick_dtype(FuzzedDataProvider& in, bool index) {
   const uint8_t choice = in.ConsumeIntegralInRange<uint8_t>(0, 15);
   if (choice < 12) {
-    if (index) return choice < 6 ? acl::DataType::kInt32 : acl::DataType::kInt64;
-    return choice < 4 ? acl::DataType::kFloat
-                      : (choice < 8 ? acl::DataType::kFloat16 : acl::DataType::kBFloat16);
+    if (index) return kIndexCodes[choice % kIndexCodes.size()];
+    return kElementCodes[choice % kElementCodes.size()];
   }
   static constexpr int32_t kOthers[] = {0, 1, 2, 3, 9, 27, -1, 1000};
   return static_cast<acl::DataType>(kOthers[in.ConsumeIntegralInRange<int>(0, 7)]);
@@ -150,7 +154,7 @@ bool same_bits_or_both_nan(T a, T b) {
 // fuzzer's own addressing into a contiguous copy, then mpg::permute_grad on Path::kReference.
 template <class T, class I>
 void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_t topk, bool padded,
-                             const uint8_t* before, const uint8_t* after, acl::Status phase2,
+                             const uint8_t* before, const uint8_t* after, acl::aclnnStatus phase2,
                              const std::string& phase2_message) {
   const int64_t hidden = g.dims.back();
   const int64_t rows = g.dims.size() == 3 ? g.dims[0] * g.dims[1] : g.dims[0];
@@ -208,7 +212,7 @@ void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_
 
 template <class T>
 void dispatch_index(const Desc& g, const Desc& s, const Desc& o, int64_t topk, bool padded,
-                    const uint8_t* before, const uint8_t* after, acl::Status phase2,
+                    const uint8_t* before, const uint8_t* after, acl::aclnnStatus phase2,
                     const std::string& phase2_message) {
   if (s.dtype == acl::DataType::kInt32) {
     check_against_reference<T, int32_t>(g, s, o, topk, padded, before, after, phase2,
@@ -338,7 +342,7 @@ void run(FuzzedDataProvider& in) {
   }
   {
     const std::vector<int64_t> values = pick_indices(in, num_indices, grad_rows, padded);
-    const int64_t es = s.dtype == acl::DataType::kInt64 ? 8 : 4;
+    const int64_t es = element_size(s.dtype);
     for_each_element(s, [&](const std::vector<int64_t>& idx, int64_t b) {
       if (b < 0 || b + es > arena.size || idx[0] >= static_cast<int64_t>(values.size())) return;
       if (es == 8) {
@@ -363,7 +367,7 @@ void run(FuzzedDataProvider& in) {
 
   uint64_t workspace_size = 0;
   acl::Executor* executor = reinterpret_cast<acl::Executor*>(&workspace_size);  // must be reset
-  const acl::Status phase1 = acl::MoeTokenPermuteGradGetWorkspaceSize(
+  const acl::aclnnStatus phase1 = acl::MoeTokenPermuteGradGetWorkspaceSize(
       grad_t, index_t, topk, padded, out_t, &workspace_size, &executor);
   acl::DestroyTensor(grad_t);
   acl::DestroyTensor(index_t);
@@ -412,7 +416,7 @@ void run(FuzzedDataProvider& in) {
     workspace_data = arena.bytes() + ws_begin;
     for (int64_t i = ws_begin; i < ws_end; ++i) ws_overlaps = ws_overlaps || owner[i] != 0;
   }
-  const acl::Status phase2 =
+  const acl::aclnnStatus phase2 =
       acl::MoeTokenPermuteGrad(workspace_data, short_workspace ? 0 : workspace_size, executor);
   const std::string phase2_message = acl::GetLastErrorMessage();
   FUZZ_CHECK(phase2 == acl::kSuccess || phase2 == acl::kErrParamInvalid);
@@ -428,21 +432,12 @@ void run(FuzzedDataProvider& in) {
     if (!out_byte && !scratch_byte) FUZZ_CHECK(arena.bytes()[i] == before[i]);
   }
   if (short_workspace || ws_overlaps) return;  // refused before the index checks
-  switch (g.dtype) {
-    case acl::DataType::kFloat:
-      dispatch_index<float>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
-                            phase2_message);
-      break;
-    case acl::DataType::kFloat16:
-      dispatch_index<mpg::half>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
-                                phase2_message);
-      break;
-    case acl::DataType::kBFloat16:
-      dispatch_index<mpg::bfloat16>(g, s, o, topk, padded, before.data(), arena.bytes(), phase2,
-                                    phase2_message);
-      break;
-    default: FUZZ_CHECK(false);  // phase one accepted a dtype it does not support
-  }
+  mpg::DType dtype{};
+  FUZZ_CHECK(acl::to_dtype(g.dtype, &dtype) && mpg::is_arithmetic(dtype));  // phase one accepted it
+  mpg::detail::visit_dtype(mpg::ElementTypeList{}, dtype, [&](auto t) {
+    dispatch_index<typename decltype(t)::type>(g, s, o, topk, padded, before.data(), arena.bytes(),
+                                               phase2, phase2_message);
+  });
 }
 
 }  // namespace

@@ -12,16 +12,7 @@ using mpg::aclnn::Executor;
 using mpg::aclnn::Tensor;
 using mpg_test::GuardedMatrix;
 
-template <class T>
-DataType data_type_of() {
-  if constexpr (std::is_same_v<T, float>) return DataType::kFloat;
-  if constexpr (std::is_same_v<T, mpg::half>) return DataType::kFloat16;
-  return DataType::kBFloat16;
-}
-template <class I>
-DataType index_data_type_of() {
-  return std::is_same_v<I, int32_t> ? DataType::kInt32 : DataType::kInt64;
-}
+using mpg::aclnn::data_type_of;
 
 struct TensorSpec {
   TensorSpec(std::vector<int64_t> dims_, std::vector<int64_t> strides_ = {}, int64_t offset_ = 0)
@@ -97,7 +88,7 @@ TEST_P(TwoPhase, ContiguousEndToEnd) {
                                    : std::vector<int64_t>{routing.grad_rows, kHidden}};
     uint64_t asked = 0;
     ASSERT_EQ(run_two_phase(grad_spec, data_type_of<T>(), grad.data(), {{kTokens * kTopK}},
-                            index_data_type_of<I>(), routing.sorted_indices.data(), kTopK,
+                            data_type_of<I>(), routing.sorted_indices.data(), kTopK,
                             mode == Mode::kPadded, {{kTokens, kHidden}}, out.data(), &asked),
               mpg::aclnn::kSuccess)
         << mpg::aclnn::GetLastErrorMessage();
@@ -136,7 +127,7 @@ TEST_P(TwoPhase, StridedRowsAndOffsets) {
                          kGradOffset}
             : TensorSpec{{routing.grad_rows, kHidden}, {kGradStride, 1}, kGradOffset};
     ASSERT_EQ(run_two_phase(grad_spec, data_type_of<T>(), grad_storage.data(), {{kTokens * kTopK}},
-                            index_data_type_of<I>(), routing.sorted_indices.data(), kTopK,
+                            data_type_of<I>(), routing.sorted_indices.data(), kTopK,
                             mode == Mode::kPadded,
                             {{kTokens, kHidden}, {kOutStride, 1}, kOutOffset}, out_storage.data()),
               mpg::aclnn::kSuccess)
@@ -167,13 +158,11 @@ TEST_P(TwoPhase, StridedRowsAndOffsets) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Aclnn, TwoPhase,
-    ::testing::Combine(::testing::Values(mpg::DType::kFloat32, mpg::DType::kFloat16,
-                                         mpg::DType::kBFloat16),
-                       ::testing::Values(mpg::IndexType::kInt32, mpg::IndexType::kInt64),
-                       ::testing::Values(Mode::kDropless, Mode::kPadded)),
-    param_name);
+INSTANTIATE_TEST_SUITE_P(Aclnn, TwoPhase,
+                         ::testing::Combine(::testing::ValuesIn(mpg_test::kElementDTypes),
+                                            ::testing::ValuesIn(mpg_test::kIndexTypes),
+                                            ::testing::Values(Mode::kDropless, Mode::kPadded)),
+                         param_name);
 
 TEST(TwoPhaseApi, MessageIsClearedBySuccess) {
   std::vector<float> grad = {1, 2, 3, 4};

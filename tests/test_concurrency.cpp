@@ -78,7 +78,7 @@ bool run_job(const Job& job, Kind kind, std::vector<mpg::bfloat16>* out) {
         acl::CreateTensor(out_dims, 2, acl::DataType::kBFloat16, nullptr, 0, out->data());
     uint64_t workspace_size = 0;
     acl::Executor* executor = nullptr;
-    const acl::Status planned = acl::MoeTokenPermuteGradGetWorkspaceSize(
+    const acl::aclnnStatus planned = acl::MoeTokenPermuteGradGetWorkspaceSize(
         g, s, job.topk, false, o, &workspace_size, &executor);
     acl::DestroyTensor(g);
     acl::DestroyTensor(s);
@@ -247,7 +247,7 @@ TEST_F(ExecutorLifetime, ForeignAndNullExecutorsAreRefused) {
 TEST_F(ExecutorLifetime, ExecutorMayRunOnAnotherThread) {
   uint64_t size = 0;
   acl::Executor* executor = plan(&size);
-  acl::Status status = -1;
+  acl::aclnnStatus status = -1;
   std::thread([&] { status = acl::MoeTokenPermuteGrad(workspace_, size, executor); }).join();
   EXPECT_EQ(status, acl::kSuccess);
   EXPECT_EQ(out_, (std::vector<float>{7 + 1, 8 + 2, 3 + 5, 4 + 6}));

@@ -4,6 +4,7 @@
 #include "test_util.hpp"
 
 #include <functional>
+#include <sstream>
 
 namespace {
 
@@ -316,10 +317,18 @@ std::vector<AclnnCase> aclnn_cases() {
        [](C& c) { c.grad_dtype = c.out_dtype = DataType::kInt32; }},
       {"GradDtypeInt64", 1, kInvalid, "permuted_output_grad dtype 9 is not supported",
        [](C& c) { c.grad_dtype = c.out_dtype = DataType::kInt64; }},
-      {"GradDtypeUnknown", 1, kInvalid, "permuted_output_grad dtype 2 is not supported",
-       [](C& c) { c.grad_dtype = c.out_dtype = static_cast<DataType>(2); }},
+      // int8 is a token dtype for copying ops only: the arithmetic ops refuse it.
+      {"GradDtypeInt8", 1, kInvalid,
+       "permuted_output_grad dtype 2 is not supported: must be float32 (0), float16 (1) or "
+       "bfloat16 (27)",
+       [](C& c) { c.grad_dtype = c.out_dtype = DataType::kInt8; }},
+      {"GradDtypeUnknown", 1, kInvalid, "permuted_output_grad dtype 5 is not supported",
+       [](C& c) { c.grad_dtype = c.out_dtype = static_cast<DataType>(5); }},
       {"OutDtypeDiffers", 1, kInvalid, "out dtype 27 differs from permuted_output_grad dtype 0",
        [](C& c) { c.out_dtype = DataType::kBFloat16; }},
+      {"IndexDtypeInt8", 1, kInvalid,
+       "sorted_indices dtype 2 is not supported: must be int32 (3) or int64 (9)",
+       [](C& c) { c.index_dtype = DataType::kInt8; }},
       {"IndexDtypeFloat", 1, kInvalid, "sorted_indices dtype 0 is not supported",
        [](C& c) { c.index_dtype = DataType::kFloat; }},
       {"GradRank1", 1, kInvalid, "permuted_output_grad has rank 1",
@@ -493,6 +502,77 @@ TEST(AclnnErrors, ReusedExecutorIsRefused) {
   DestroyTensor(grad);
   DestroyTensor(index);
   DestroyTensor(out);
+}
+
+// Phase two of one op refuses an executor made by another op's phase one, and frees it.
+TEST(AclnnErrors, ExecutorOfAnotherOpIsRefused) {
+  using namespace mpg::aclnn;
+  uint64_t size = 0;
+  Executor* executor = nullptr;
+  bool ran = false;
+  ASSERT_EQ(detail::plan(
+                "SomeOtherOp", 0, {}, [&ran](uint8_t*) { return ran = true, mpg::Status(); }, &size,
+                &executor),
+            kSuccess);
+  EXPECT_EQ(MoeTokenPermuteGrad(nullptr, 0, executor), kErrParamInvalid);
+  EXPECT_STREQ(GetLastErrorMessage(),
+               "executor was returned by SomeOtherOpGetWorkspaceSize, not by "
+               "MoeTokenPermuteGradGetWorkspaceSize (it is consumed all the same)");
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(MoeTokenPermuteGrad(nullptr, 0, executor), kErrParamInvalid);  // consumed
+  EXPECT_NE(std::string(GetLastErrorMessage()).find("already used"), std::string::npos);
+}
+
+TEST(StatusText, ToStringAndStreamGiveCodeNameAndMessage) {
+  const mpg::Status ok;
+  EXPECT_EQ(ok.to_string(), "ok");
+  const mpg::Status bad(ErrorCode::kIndexOutOfRange,
+                        "sorted_indices[3] = 9 is out of range [0, 8)");
+  EXPECT_EQ(bad.to_string(), "index out of range: sorted_indices[3] = 9 is out of range [0, 8)");
+  std::ostringstream os;
+  os << bad;
+  EXPECT_EQ(os.str(), bad.to_string());
+}
+
+TEST(IntArrays, CopyTheirValuesAndRefuseNull) {
+  using namespace mpg::aclnn;
+  std::vector<int64_t> values = {4, 7168};
+  const IntArray* array = CreateIntArray(values.data(), values.size());
+  ASSERT_NE(array, nullptr);
+  values[0] = -1;  // the array holds its own copy
+  EXPECT_EQ(array->values(), (std::vector<int64_t>{4, 7168}));
+  EXPECT_EQ(array->size(), 2u);
+  DestroyIntArray(array);
+  const IntArray* empty = CreateIntArray(nullptr, 0);
+  ASSERT_NE(empty, nullptr);
+  EXPECT_EQ(empty->size(), 0u);
+  DestroyIntArray(empty);
+  EXPECT_EQ(CreateIntArray(nullptr, 3), nullptr);
+  EXPECT_STREQ(GetLastErrorMessage(), "CreateIntArray: values is null");
+}
+
+// The dtype table: every row agrees with the free functions and the aclnn codes.
+TEST(DTypeTable, RowsDriveNamesSizesAndCodes) {
+  EXPECT_STREQ(mpg::name_of(mpg::DType::kInt8), "int8");
+  EXPECT_EQ(mpg::size_of(mpg::DType::kInt8), 1);
+  EXPECT_EQ(mpg::size_of(mpg::DType::kBFloat16), 2);
+  EXPECT_EQ(mpg::size_of(mpg::IndexType::kInt64), 8);
+  EXPECT_TRUE(mpg::is_arithmetic(mpg::DType::kFloat16));
+  EXPECT_FALSE(mpg::is_arithmetic(mpg::DType::kInt8));
+  EXPECT_FALSE(mpg::is_valid(static_cast<mpg::DType>(17)));
+  EXPECT_STREQ(mpg::name_of(static_cast<mpg::DType>(17)), "unknown");
+  EXPECT_EQ(mpg::size_of(static_cast<mpg::DType>(17)), 0);
+  static_assert(mpg::kIsElement<mpg::bfloat16> && !mpg::kIsElement<int8_t>);
+  static_assert(mpg::kIsToken<int8_t> && !mpg::kIsToken<double>);
+  mpg::DType dtype{};
+  EXPECT_TRUE(mpg::aclnn::to_dtype(mpg::aclnn::DataType::kInt8, &dtype));
+  EXPECT_EQ(dtype, mpg::DType::kInt8);
+  EXPECT_FALSE(mpg::aclnn::to_dtype(mpg::aclnn::DataType::kInt32, &dtype));
+  mpg::IndexType index_type{};
+  EXPECT_TRUE(mpg::aclnn::to_index_type(mpg::aclnn::DataType::kInt64, &index_type));
+  EXPECT_EQ(index_type, mpg::IndexType::kInt64);
+  EXPECT_EQ(mpg::aclnn::size_of(mpg::aclnn::DataType::kInt8), 1);
+  EXPECT_EQ(mpg::aclnn::size_of(static_cast<mpg::aclnn::DataType>(5)), 0);
 }
 
 }  // namespace

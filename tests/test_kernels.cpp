@@ -296,7 +296,7 @@ class Kernels : public ::testing::TestWithParam<Isa> {
 
 TEST_P(Kernels, RaggedWidthsLayoutsAndStreamingMatchReference) {
   std::mt19937_64 rng(7);
-  for (mpg::DType dtype : {mpg::DType::kFloat32, mpg::DType::kFloat16, mpg::DType::kBFloat16}) {
+  for (mpg::DType dtype : mpg_test::kElementDTypes) {
     mpg_test::with_element_type(dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       for (int64_t hidden : widths()) {

@@ -68,8 +68,7 @@ TEST_P(Adjoint, ForwardAndBackwardAreTransposes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Reference, Adjoint,
-                         ::testing::Combine(::testing::Values(DType::kFloat32, DType::kFloat16,
-                                                              DType::kBFloat16),
+                         ::testing::Combine(::testing::ValuesIn(mpg_test::kElementDTypes),
                                             ::testing::Values(Mode::kDropless, Mode::kPadded),
                                             ::testing::Values(int64_t{1}, int64_t{3}, int64_t{8})),
                          [](const auto& info) {

@@ -92,9 +92,8 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, PathsMatchReference,
                          ::testing::Combine(::testing::ValuesIn(mpg_test::kFastPaths),
-                                            ::testing::Values(DType::kFloat32, DType::kFloat16,
-                                                              DType::kBFloat16),
-                                            ::testing::Values(IndexType::kInt32, IndexType::kInt64),
+                                            ::testing::ValuesIn(mpg_test::kElementDTypes),
+                                            ::testing::ValuesIn(mpg_test::kIndexTypes),
                                             ::testing::Values(Mode::kDropless, Mode::kPadded)),
                          param_name);
 
@@ -166,8 +165,7 @@ TEST_P(ParallelForHook, SameBitsAsReference) {
 
 INSTANTIATE_TEST_SUITE_P(Hooks, ParallelForHook,
                          ::testing::Combine(::testing::Values(size_t{0}, size_t{1}, size_t{2}),
-                                            ::testing::Values(DType::kFloat32, DType::kFloat16,
-                                                              DType::kBFloat16)),
+                                            ::testing::ValuesIn(mpg_test::kElementDTypes)),
                          [](const auto& info) {
                            return std::string(hook_cases()[std::get<0>(info.param)].name) + "_" +
                                   mpg_test::short_name(std::get<1>(info.param));

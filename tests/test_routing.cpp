@@ -1,6 +1,8 @@
 // route_dropless / route_padded / permute on cases worked out by hand.
 #include "test_util.hpp"
 
+#include <cstring>
+
 namespace {
 
 using mpg::ErrorCode;
@@ -139,6 +141,66 @@ TEST(Permute, RejectsADuplicateAndWritesNothing) {
   EXPECT_EQ(s.code(), ErrorCode::kDuplicateIndex);
   EXPECT_TRUE(permuted.payload_untouched());
   EXPECT_TRUE(permuted.guards_intact());
+}
+
+// permute's one output is permuted: it is checked against tokens and sorted_indices, and the
+// two inputs may share memory. One buffer of int32 words holds all three here.
+TEST(Permute, RefusesPermutedOverlappingSortedIndices) {
+  // Padded, E*C = 4 rows of H = 1 float: the zero-fill of padding rows would wipe the indices
+  // before they are read if permuted were laid over them.
+  std::vector<int32_t> arena = {0, -1, 2, -1, 0, 0};
+  static_assert(sizeof(float) == sizeof(int32_t));
+  const std::vector<float> tokens = {1.0f, 2.0f};
+  const mpg::IndexView<int32_t> indices(arena.data(), 4);  // K = 2, N = 2
+  const mpg::MatrixView<float> permuted(reinterpret_cast<float*>(arena.data() + 2), 4, 1);
+  const std::vector<int32_t> before = arena;
+  const mpg::Status s = mpg::permute(mpg::ConstMatrixView<float>(tokens.data(), 2, 1), indices, 2,
+                                     Mode::kPadded, permuted);
+  EXPECT_EQ(s.code(), ErrorCode::kOverlap) << s.message();
+  EXPECT_EQ(s.message(), "permuted overlaps sorted_indices in memory");
+  EXPECT_EQ(arena, before);
+}
+
+TEST(Permute, RefusesPermutedOverlappingTokens) {
+  std::vector<float> buffer(8, 1.0f);
+  const std::vector<int32_t> indices = {1, 0};
+  const mpg::Status s = mpg::permute(mpg::ConstMatrixView<float>(buffer.data(), 2, 2),
+                                     mpg::IndexView<int32_t>(indices), 1, Mode::kDropless,
+                                     mpg::MatrixView<float>(buffer.data() + 2, 2, 2));
+  EXPECT_EQ(s.code(), ErrorCode::kOverlap) << s.message();
+  EXPECT_EQ(s.message(), "permuted overlaps tokens in memory");
+}
+
+TEST(Permute, InputsMayShareMemory) {
+  // tokens [2, 1] (int32 bit patterns read as float) lie on top of sorted_indices = {1, 0}.
+  std::vector<int32_t> shared = {1, 0};
+  const mpg::ConstMatrixView<float> tokens(reinterpret_cast<const float*>(shared.data()), 2, 1);
+  std::vector<float> permuted(2, -1.0f);
+  const mpg::Status s = mpg::permute(tokens, mpg::IndexView<int32_t>(shared), 1, Mode::kDropless,
+                                     mpg::MatrixView<float>(permuted.data(), 2, 1));
+  ASSERT_TRUE(s.ok()) << s;
+  float t0 = 0;
+  float t1 = 0;
+  std::memcpy(&t0, &shared[0], sizeof t0);
+  std::memcpy(&t1, &shared[1], sizeof t1);
+  EXPECT_EQ(mpg_test::bits_of(permuted[1]), mpg_test::bits_of(t0));  // token 0 -> row 1
+  EXPECT_EQ(mpg_test::bits_of(permuted[0]), mpg_test::bits_of(t1));
+}
+
+TEST(Permute, MessagesNameTokensAndPermuted) {
+  const std::vector<float> tokens(3 * 2, 1.0f);  // 3 tokens, but the indices describe N = 2
+  std::vector<float> permuted(4 * 2);
+  const std::vector<int32_t> indices = {0, 1, 2, 3};
+  const mpg::Status rows = mpg::permute(mpg::ConstMatrixView<float>(tokens.data(), 3, 2),
+                                        mpg::IndexView<int32_t>(indices), 2, Mode::kDropless,
+                                        mpg::MatrixView<float>(permuted.data(), 4, 2));
+  EXPECT_EQ(rows.code(), ErrorCode::kShapeMismatch);
+  EXPECT_EQ(rows.message().rfind("tokens has 3 rows", 0), 0u) << rows;
+  const mpg::Status hidden = mpg::permute(mpg::ConstMatrixView<float>(tokens.data(), 2, 2),
+                                          mpg::IndexView<int32_t>(indices), 2, Mode::kDropless,
+                                          mpg::MatrixView<float>(permuted.data(), 4, 1));
+  EXPECT_EQ(hidden.code(), ErrorCode::kShapeMismatch);
+  EXPECT_EQ(hidden.message(), "tokens has hidden size 2 but permuted has hidden size 1") << hidden;
 }
 
 }  // namespace

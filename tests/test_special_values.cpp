@@ -197,8 +197,7 @@ TEST_P(SpecialValues, EmptyTensors) {
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, SpecialValues,
                          ::testing::Combine(::testing::ValuesIn(mpg_test::kAllPaths),
-                                            ::testing::Values(DType::kFloat32, DType::kFloat16,
-                                                              DType::kBFloat16),
+                                            ::testing::ValuesIn(mpg_test::kElementDTypes),
                                             ::testing::Values(Mode::kDropless, Mode::kPadded)),
                          param_name);
 

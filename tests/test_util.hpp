@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -351,7 +352,13 @@ void with_element_type(mpg::DType dtype, F&& f) {
 }
 
 inline std::string short_name(mpg::DType d) {
-  return d == mpg::DType::kFloat32 ? "F32" : d == mpg::DType::kFloat16 ? "F16" : "BF16";
+  switch (d) {  // no default: -Wswitch (an error under -Werror) flags a DType without a name
+    case mpg::DType::kFloat32: return "F32";
+    case mpg::DType::kFloat16: return "F16";
+    case mpg::DType::kBFloat16: return "BF16";
+    case mpg::DType::kInt8: return "I8";
+  }
+  return "?";
 }
 inline std::string short_name(mpg::IndexType i) {
   return i == mpg::IndexType::kInt32 ? "I32" : "I64";
@@ -361,7 +368,26 @@ inline std::string short_name(mpg::Mode m) {
 }
 
 // The element types, for typed test suites: TYPED_TEST_SUITE(S, ElementTypes, ElementTypeNames).
-using ElementTypes = ::testing::Types<float, mpg::half, mpg::bfloat16>;
+// Read from mpg's dtype table, so a new arithmetic dtype is tested everywhere at once.
+template <class List>
+struct GTestTypes;
+template <class... T>
+struct GTestTypes<mpg::TypeList<T...>> {
+  using type = ::testing::Types<T...>;
+};
+using ElementTypes = GTestTypes<mpg::ElementTypeList>::type;
+
+// The same lists as run-time values, for value-parameterized suites (::testing::ValuesIn).
+template <class... T>
+constexpr std::array<mpg::DType, sizeof...(T)> dtypes_of(mpg::TypeList<T...>) {
+  return {mpg::dtype_of<T>()...};
+}
+template <class... I>
+constexpr std::array<mpg::IndexType, sizeof...(I)> index_types_of(mpg::TypeList<I...>) {
+  return {mpg::index_type_of<I>()...};
+}
+inline constexpr auto kElementDTypes = dtypes_of(mpg::ElementTypeList{});
+inline constexpr auto kIndexTypes = index_types_of(mpg::AllIndexTypes{});
 class ElementTypeNames {
  public:
   template <class T>

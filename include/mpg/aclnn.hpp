@@ -1,26 +1,31 @@
-// mpg: the two-phase API of aclnnMoeTokenPermuteGrad (SPEC section 5), on host memory.
+// mpg: the vendor-style two-phase API (aclnn), on host memory. Every op has the same shape:
 //
 //   uint64_t workspace_size = 0;
 //   mpg::aclnn::Executor* executor = nullptr;
-//   Status s = MoeTokenPermuteGradGetWorkspaceSize(grad, indices, topk, padded, out,
-//                                                  &workspace_size, &executor);
+//   aclnnStatus s = MoeTokenPermuteGradGetWorkspaceSize(grad, indices, topk, padded, out,
+//                                                       &workspace_size, &executor);
 //   // allocate workspace_size bytes (any alignment)
 //   s = MoeTokenPermuteGrad(workspace, workspace_size, executor);   // frees executor
 //
 // Phase one checks everything knowable from shapes, dtypes and pointers and sizes the workspace
-// (the scratch that phase two uses to check the index values for range and duplicates). Phase
-// two checks the index values, then computes with mpg::permute_grad's fast path. out is written
-// only when every check passed. The workspace must not overlap out or the inputs (161002).
-// Tensors are described, not owned: their data must stay alive until phase two returns; the
-// descriptors themselves may be destroyed after phase one.
+// (the scratch phase two uses, e.g. to check index values for range and duplicates). Phase two
+// checks the rest, then computes with the typed API's fast path. Outputs are written only when
+// every check passed. The workspace must not overlap any output or input (161002). Tensors are
+// described, not owned: their data must stay alive until phase two returns; the descriptors
+// (and IntArrays) may be destroyed after phase one.
 //
-// Executor lifetime: one executor is created by each successful phase one and consumed by
-// exactly one phase two, which frees it whether it succeeds or fails. Passing an executor that
-// was already consumed (or never created) returns 161002 instead of touching freed memory. As in
-// the vendor API there is no separate destroy call: an executor never run stays allocated.
+// Executor lifetime, the same for every op: one executor is created by each successful phase
+// one and consumed by exactly one phase two of the same op, which frees it whether it succeeds
+// or fails. Passing an executor that was already consumed (or never created) returns 161002
+// instead of touching freed memory. As in the vendor API there is no separate destroy call: an
+// executor never run stays allocated.
 //
 // Status codes: 161001 for a null tensor, data pointer, out-parameter or executor; 161002 for
-// every other error (mpg::ErrorCode says which, and GetLastErrorMessage() says why).
+// every other error (mpg::ErrorCode says which, and GetLastErrorMessage() says why). The
+// contract of each op: docs/contract.md.
+//
+// Layout of this file: shared plumbing first (dtypes, Tensor, IntArray, Executor and the rules
+// every phase one and two share), then one section per op.
 #pragma once
 
 #ifndef MPG_INSIDE_PUBLIC_HEADER
@@ -28,6 +33,7 @@
 #endif
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,12 +49,71 @@
 
 namespace mpg::aclnn {
 
-using Status = int32_t;
-inline constexpr Status kSuccess = kAclnnSuccess;
-inline constexpr Status kErrParamNullptr = kAclnnErrParamNullptr;
-inline constexpr Status kErrParamInvalid = kAclnnErrParamInvalid;
+// The vendor's status type and codes (mpg::ErrorCode says which error it was).
+using aclnnStatus = int32_t;
+inline constexpr aclnnStatus kSuccess = kAclnnSuccess;
+inline constexpr aclnnStatus kErrParamNullptr = kAclnnErrParamNullptr;
+inline constexpr aclnnStatus kErrParamInvalid = kAclnnErrParamInvalid;
 
-enum class DataType : int32_t { kFloat = 0, kFloat16 = 1, kInt32 = 3, kInt64 = 9, kBFloat16 = 27 };
+// The vendor's dtype codes (ACL_FLOAT, ACL_FLOAT16, ACL_INT8, ACL_INT32, ACL_INT64, ACL_BF16).
+enum class DataType : int32_t {
+  kFloat = 0,
+  kFloat16 = 1,
+  kInt8 = 2,
+  kInt32 = 3,
+  kInt64 = 9,
+  kBFloat16 = 27
+};
+
+// The DataType of a C++ element or index type, from the dtype tables of types.hpp.
+template <class T>
+constexpr DataType data_type_of() {
+  if constexpr (kIsIndex<T>) {
+    return static_cast<DataType>(IndexTraits<T>::aclnn_code);
+  } else {
+    return static_cast<DataType>(DTypeTraits<T>::aclnn_code);
+  }
+}
+static_assert(data_type_of<float>() == DataType::kFloat &&
+                  data_type_of<half>() == DataType::kFloat16 &&
+                  data_type_of<bfloat16>() == DataType::kBFloat16 &&
+                  data_type_of<int8_t>() == DataType::kInt8 &&
+                  data_type_of<int32_t>() == DataType::kInt32 &&
+                  data_type_of<int64_t>() == DataType::kInt64,
+              "mpg: DataType disagrees with the dtype tables");
+
+namespace detail {
+
+template <class... T>
+constexpr bool find_dtype(TypeList<T...>, DataType d, DType* out) {
+  return ((d == data_type_of<T>() ? (*out = dtype_of<T>(), true) : false) || ...);
+}
+template <class... I>
+constexpr bool find_index_type(TypeList<I...>, DataType d, IndexType* out) {
+  return ((d == data_type_of<I>() ? (*out = index_type_of<I>(), true) : false) || ...);
+}
+template <class... T>
+constexpr int64_t find_size(TypeList<T...>, DataType d) {
+  int64_t size = 0;
+  static_cast<void>(((d == data_type_of<T>() ? (size = sizeof(T), true) : false) || ...));
+  return size;
+}
+
+}  // namespace detail
+
+// The DType of an element or token dtype code; false for any other code.
+constexpr bool to_dtype(DataType d, DType* out) {
+  return detail::find_dtype(AllDTypes{}, d, out);
+}
+// The IndexType of an index dtype code; false for any other code.
+constexpr bool to_index_type(DataType d, IndexType* out) {
+  return detail::find_index_type(AllIndexTypes{}, d, out);
+}
+// Bytes per element of a known code, 0 for an unknown one.
+constexpr int64_t size_of(DataType d) {
+  const int64_t element = detail::find_size(AllDTypes{}, d);
+  return element != 0 ? element : detail::find_size(AllIndexTypes{}, d);
+}
 
 // A host tensor descriptor: dims, strides (elements) and a data pointer it does not own.
 class Tensor {
@@ -67,17 +132,42 @@ class Tensor {
   void* data_;
 };
 
-// One validated call, waiting for its workspace.
-class Executor {
+// A list of int64 values, as the vendor's aclIntArray (e.g. restore_shape). It keeps its own
+// copy of the values, so the caller's array may change or go away after CreateIntArray.
+class IntArray {
  public:
-  Executor(const detail::Problem& problem, uint64_t workspace_size)
-      : problem_(problem), workspace_size_(workspace_size) {}
-  const detail::Problem& problem() const { return problem_; }
-  uint64_t workspace_size() const { return workspace_size_; }
+  IntArray(const int64_t* values, uint64_t size) : values_(values, values + size) {}
+  const int64_t* data() const { return values_.data(); }
+  uint64_t size() const { return values_.size(); }
+  const std::vector<int64_t>& values() const { return values_; }
 
  private:
-  detail::Problem problem_;
+  std::vector<int64_t> values_;
+};
+
+// One validated call of some op, waiting for its workspace. Each op's phase one builds it from
+// the op's name, the workspace it needs, its operands (for the workspace overlap check) and
+// `run`, the op's phase two after the shared checks. Ops never look inside each other's.
+class Executor {
+ public:
+  // Phase two's own work: check what phase one could not (index values), then compute.
+  using Run = std::function<Status(uint8_t* workspace)>;
+  Executor(const char* op_name, uint64_t workspace_size, std::vector<mpg::detail::Operand> operands,
+           Run run)
+      : op_name_(op_name),
+        workspace_size_(workspace_size),
+        operands_(std::move(operands)),
+        run_(std::move(run)) {}
+  const char* op_name() const { return op_name_; }
+  uint64_t workspace_size() const { return workspace_size_; }
+  const std::vector<mpg::detail::Operand>& operands() const { return operands_; }
+  Status run(uint8_t* workspace) const { return run_(workspace); }
+
+ private:
+  const char* op_name_;
   uint64_t workspace_size_;
+  std::vector<mpg::detail::Operand> operands_;
+  Run run_;
 };
 
 namespace detail {
@@ -90,7 +180,7 @@ inline std::string& last_error() {
 }
 
 // Returns the status code of s and records its message for GetLastErrorMessage().
-inline Status finish(const mpg::Status& s) {
+inline aclnnStatus finish(const Status& s) {
   last_error() = s.message();
   return to_aclnn_status(s.code());
 }
@@ -117,15 +207,73 @@ class LiveExecutors {
   std::unordered_set<const Executor*> live_;
 };
 
-inline bool element_dtype(DataType d, DType* out) {
-  switch (d) {
-    case DataType::kFloat: *out = DType::kFloat32; return true;
-    case DataType::kFloat16: *out = DType::kFloat16; return true;
-    case DataType::kBFloat16: *out = DType::kBFloat16; return true;
-    case DataType::kInt32:
-    case DataType::kInt64: break;
+// The start of every phase one: the out-parameters exist; *executor is null until success.
+inline Status check_out_params(const uint64_t* workspace_size, Executor** executor) {
+  if (executor == nullptr) return error(ErrorCode::kNullPointer, "executor is null");
+  *executor = nullptr;
+  if (workspace_size == nullptr) return error(ErrorCode::kNullPointer, "workspace_size is null");
+  return {};
+}
+
+// The end of every successful phase one: a new live executor and the workspace it needs.
+inline aclnnStatus plan(const char* op_name, uint64_t bytes,
+                        std::vector<mpg::detail::Operand> operands, Executor::Run run,
+                        uint64_t* workspace_size, Executor** executor) {
+  *workspace_size = bytes;
+  *executor = new Executor(op_name, bytes, std::move(operands), std::move(run));
+  LiveExecutors::instance().add(*executor);
+  return finish({});
+}
+
+// Every phase two: the executor is live and made by this op's phase one, it is consumed (freed
+// on every path), the workspace is big enough and overlaps no operand; then the op runs.
+inline aclnnStatus run(const char* op_name, void* workspace, uint64_t workspace_size,
+                       Executor* executor) {
+  if (executor == nullptr) return finish(error(ErrorCode::kNullPointer, "executor is null"));
+  if (!LiveExecutors::instance().remove(executor)) {
+    return finish(error(ErrorCode::kInvalidArgument, "executor was not returned by ", op_name,
+                        "GetWorkspaceSize, or was already used (each executor runs once)"));
   }
-  return false;
+  const std::unique_ptr<Executor> owned(executor);  // freed on every path from here
+  if (std::string(owned->op_name()) != op_name) {
+    return finish(error(ErrorCode::kInvalidArgument, "executor was returned by ", owned->op_name(),
+                        "GetWorkspaceSize, not by ", op_name,
+                        "GetWorkspaceSize (it is consumed all the same)"));
+  }
+  if (workspace_size < owned->workspace_size() ||
+      (workspace == nullptr && owned->workspace_size() > 0)) {
+    return finish(error(ErrorCode::kWorkspaceTooSmall, "workspace ",
+                        workspace == nullptr ? "is null, " : "", "of ", workspace_size,
+                        " bytes is smaller than the ", owned->workspace_size(), " bytes ", op_name,
+                        "GetWorkspaceSize asked for"));
+  }
+  // Phase two writes the workspace before it computes: a workspace laid over an output would
+  // write it early, over an input would corrupt it.
+  if (Status s = mpg::detail::check_workspace_overlap(owned->operands(), workspace,
+                                                      owned->workspace_size());
+      !s.ok()) {
+    return finish(s);
+  }
+  return finish(owned->run(static_cast<uint8_t*>(workspace)));
+}
+
+// "float32 (0), float16 (1) or bfloat16 (27)": the codes of a list, for messages.
+template <class... T>
+std::string code_list(TypeList<T...>) {
+  std::string s;
+  size_t i = 0;
+  const size_t n = sizeof...(T);
+  const auto append = [&](const char* name, DataType code) {
+    s += (i == 0 ? "" : (i + 1 == n ? " or " : ", "));
+    s += std::string(name) + " (" + std::to_string(static_cast<int32_t>(code)) + ")";
+    ++i;
+  };
+  if constexpr (std::conjunction_v<std::bool_constant<kIsIndex<T>>...>) {
+    (append(IndexTraits<T>::name, data_type_of<T>()), ...);
+  } else {
+    (append(DTypeTraits<T>::name, data_type_of<T>()), ...);
+  }
+  return s;
 }
 
 inline std::string dims_string(const std::vector<int64_t>& v) {
@@ -136,8 +284,8 @@ inline std::string dims_string(const std::vector<int64_t>& v) {
 
 // A 2-D (or, for padded G, 3-D [E, C, H]) tensor as rows x H with a row stride. Columns must be
 // contiguous; [E, C, H] must have C rows evenly spaced across experts to flatten into [E*C, H].
-inline mpg::Status as_matrix(const char* name, const Tensor& t, bool allow_3d,
-                             mpg::detail::Problem::Matrix* m) {
+inline Status as_matrix(const char* name, const Tensor& t, bool allow_3d,
+                        mpg::detail::Problem::Matrix* m) {
   const auto& d = t.dims();
   const auto& s = t.strides();
   if (d.size() != 2 && !(allow_3d && d.size() == 3)) {
@@ -177,71 +325,37 @@ inline mpg::Status as_matrix(const char* name, const Tensor& t, bool allow_3d,
   return {};
 }
 
-inline mpg::Status make_problem(const Tensor* grad, const Tensor* indices, int64_t num_topk,
-                                bool padded_mode, Tensor* out, mpg::detail::Problem* p) {
-  if (grad == nullptr) return error(ErrorCode::kNullPointer, "permuted_output_grad is null");
-  if (indices == nullptr) return error(ErrorCode::kNullPointer, "sorted_indices is null");
-  if (out == nullptr) return error(ErrorCode::kNullPointer, "out is null");
-  if (!element_dtype(grad->dtype(), &p->dtype)) {
-    return error(ErrorCode::kUnsupportedDtype, "permuted_output_grad dtype ",
-                 static_cast<int>(grad->dtype()),
-                 " is not supported: must be float32 (0), float16 (1) or bfloat16 (27)");
+// The dtype of a tensor that an arithmetic op reads or writes: float32, float16 or bfloat16.
+inline Status arithmetic_dtype(const char* name, const Tensor& t, DType* dtype) {
+  if (!to_dtype(t.dtype(), dtype) || !is_arithmetic(*dtype)) {
+    return error(ErrorCode::kUnsupportedDtype, name, " dtype ", static_cast<int32_t>(t.dtype()),
+                 " is not supported: must be ", code_list(ElementTypeList{}));
   }
-  if (out->dtype() != grad->dtype()) {
-    return error(ErrorCode::kDtypeMismatch, "out dtype ", static_cast<int>(out->dtype()),
-                 " differs from permuted_output_grad dtype ", static_cast<int>(grad->dtype()));
+  return {};
+}
+// The dtype of an index tensor: int32 or int64.
+inline Status index_dtype(const char* name, const Tensor& t, IndexType* index_type) {
+  if (!to_index_type(t.dtype(), index_type)) {
+    return error(ErrorCode::kUnsupportedDtype, name, " dtype ", static_cast<int32_t>(t.dtype()),
+                 " is not supported: must be ", code_list(AllIndexTypes{}));
   }
-  if (indices->dtype() == DataType::kInt32) {
-    p->index_type = IndexType::kInt32;
-  } else if (indices->dtype() == DataType::kInt64) {
-    p->index_type = IndexType::kInt64;
-  } else {
-    return error(ErrorCode::kUnsupportedDtype, "sorted_indices dtype ",
-                 static_cast<int>(indices->dtype()),
-                 " is not supported: must be int32 (3) or int64 (9)");
-  }
-  p->mode = padded_mode ? Mode::kPadded : Mode::kDropless;
-  p->topk = num_topk;
-  if (mpg::Status s = as_matrix("permuted_output_grad", *grad, padded_mode, &p->grad); !s.ok()) {
-    return s;
-  }
-  if (mpg::Status s = as_matrix("out", *out, false, &p->out); !s.ok()) return s;
-  const auto& d = indices->dims();
-  if (d.size() != 1) {
-    return error(ErrorCode::kShapeMismatch, "sorted_indices has rank ", d.size(), " (shape ",
-                 dims_string(d), "): must be 1");
-  }
-  if (d[0] < 0) {
-    return error(ErrorCode::kShapeMismatch, "sorted_indices dim 0 = ", d[0], " must be >= 0");
-  }
-  if (d[0] > 1 && indices->strides()[0] != 1) {
-    return error(ErrorCode::kInvalidArgument, "sorted_indices stride = ", indices->strides()[0],
-                 ": must be 1 (contiguous)");
-  }
-  p->indices = indices->data();
-  p->num_indices = d[0];
-  return mpg::detail::check_shapes(*p);
+  return {};
 }
 
-// Phase two writes the workspace while it checks the indices: a workspace laid over out or an
-// input would write out early or corrupt the input. Three range checks, so always done.
-inline mpg::Status check_workspace(const mpg::detail::Problem& p, const void* workspace,
-                                   uint64_t bytes) {
-  using mpg::detail::ByteRows;
-  const ByteRows scratch{reinterpret_cast<uintptr_t>(workspace), 1, static_cast<int64_t>(bytes), 0};
-  const auto overlaps = [&](const ByteRows& other) {
-    return mpg::detail::overlaps(scratch, other);
-  };
-  if (overlaps(mpg::detail::byte_rows(p.out, p.elem_size()))) {
-    return error(ErrorCode::kOverlap, "workspace overlaps out in memory");
+// A 1-D contiguous tensor (an index list): its data and length.
+inline Status as_vector(const char* name, const Tensor& t, const void** data, int64_t* size) {
+  const auto& d = t.dims();
+  if (d.size() != 1) {
+    return error(ErrorCode::kShapeMismatch, name, " has rank ", d.size(), " (shape ",
+                 dims_string(d), "): must be 1");
   }
-  if (overlaps(mpg::detail::byte_rows(p.grad, p.elem_size()))) {
-    return error(ErrorCode::kOverlap, "workspace overlaps permuted_output_grad in memory");
+  if (d[0] < 0) return error(ErrorCode::kShapeMismatch, name, " dim 0 = ", d[0], " must be >= 0");
+  if (d[0] > 1 && t.strides()[0] != 1) {
+    return error(ErrorCode::kInvalidArgument, name, " stride = ", t.strides()[0],
+                 ": must be 1 (contiguous)");
   }
-  const int64_t index_bytes = p.num_indices * size_of(p.index_type);
-  if (overlaps({reinterpret_cast<uintptr_t>(p.indices), 1, index_bytes, 0})) {
-    return error(ErrorCode::kOverlap, "workspace overlaps sorted_indices in memory");
-  }
+  *data = t.data();
+  *size = d[0];
   return {};
 }
 
@@ -260,17 +374,16 @@ inline Tensor* CreateTensor(const int64_t* view_dims, uint64_t num_dims, DataTyp
                                  " must be <= 8 and offset = ", offset, " must be >= 0"));
     return nullptr;
   }
-  const auto element_size = [](DataType d) -> int64_t {
-    return d == DataType::kInt64 ? 8 : d == DataType::kFloat || d == DataType::kInt32 ? 4 : 2;
-  };
   std::vector<int64_t> dims(view_dims, view_dims + num_dims);
   std::vector<int64_t> st(num_dims);
   for (uint64_t i = num_dims, run = 1; i-- > 0;) {
     st[i] = strides ? strides[i] : static_cast<int64_t>(run);
     run *= static_cast<uint64_t>(dims[i] > 0 ? dims[i] : 1);
   }
+  // An unknown dtype (refused later by every op) takes the offset in bytes.
+  const int64_t element_size = size_of(dtype) > 0 ? size_of(dtype) : 1;
   auto* base = static_cast<char*>(data);
-  if (base != nullptr) base += offset * element_size(dtype);
+  if (base != nullptr) base += offset * element_size;
   return new Tensor(std::move(dims), std::move(st), dtype, base);
 }
 
@@ -278,59 +391,79 @@ inline void DestroyTensor(const Tensor* tensor) {
   delete tensor;
 }
 
-inline Status MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_output_grad,
-                                                  const Tensor* sorted_indices, int64_t num_topk,
-                                                  bool padded_mode, Tensor* out,
-                                                  uint64_t* workspace_size, Executor** executor) {
-  if (executor == nullptr) {
-    return detail::finish(detail::error(ErrorCode::kNullPointer, "executor is null"));
+// size values from `values` (copied). Returns nullptr (and sets GetLastErrorMessage()) when
+// values is null and size > 0.
+inline IntArray* CreateIntArray(const int64_t* values, uint64_t size) {
+  if (values == nullptr && size > 0) {
+    detail::finish(detail::error(ErrorCode::kNullPointer, "CreateIntArray: values is null"));
+    return nullptr;
   }
-  *executor = nullptr;
-  if (workspace_size == nullptr) {
-    return detail::finish(detail::error(ErrorCode::kNullPointer, "workspace_size is null"));
-  }
-  mpg::detail::Problem problem;
-  if (mpg::Status s = detail::make_problem(permuted_output_grad, sorted_indices, num_topk,
-                                           padded_mode, out, &problem);
-      !s.ok()) {
-    return detail::finish(s);
-  }
-  *workspace_size =
-      mpg::detail::index_scratch_bytes(problem.mode, problem.num_indices, problem.grad.rows);
-  *executor = new Executor(problem, *workspace_size);
-  detail::LiveExecutors::instance().add(*executor);
-  return detail::finish({});
+  return new IntArray(values, size);
 }
 
-inline Status MoeTokenPermuteGrad(void* workspace, uint64_t workspace_size, Executor* executor) {
-  if (executor == nullptr) {
-    return detail::finish(detail::error(ErrorCode::kNullPointer, "executor is null"));
-  }
-  if (!detail::LiveExecutors::instance().remove(executor)) {
-    return detail::finish(detail::error(
-        ErrorCode::kInvalidArgument,
-        "executor was not returned by MoeTokenPermuteGradGetWorkspaceSize, or was already used "
-        "(each executor runs once)"));
-  }
-  const std::unique_ptr<Executor> owned(executor);  // freed on every path from here
-  if (workspace_size < owned->workspace_size() ||
-      (workspace == nullptr && owned->workspace_size() > 0)) {
-    return detail::finish(detail::error(
-        ErrorCode::kWorkspaceTooSmall, "workspace ", workspace == nullptr ? "is null, " : "", "of ",
-        workspace_size, " bytes is smaller than the ", owned->workspace_size(),
-        " bytes MoeTokenPermuteGradGetWorkspaceSize asked for"));
-  }
-  if (mpg::Status s = detail::check_workspace(owned->problem(), workspace, owned->workspace_size());
-      !s.ok()) {
-    return detail::finish(s);
-  }
-  return detail::finish(
-      mpg::detail::execute(owned->problem(), static_cast<uint8_t*>(workspace), Options{}));
+inline void DestroyIntArray(const IntArray* array) {
+  delete array;
 }
 
 // Why the last call on this thread failed; "" after a success.
 inline const char* GetLastErrorMessage() {
   return detail::last_error().c_str();
+}
+
+// ---- MoeTokenPermuteGrad -----------------------------------------------------------------------
+
+namespace detail {
+
+inline Status make_permute_grad_problem(const Tensor* grad, const Tensor* indices, int64_t num_topk,
+                                        bool padded_mode, Tensor* out, mpg::detail::Problem* p) {
+  if (grad == nullptr) return error(ErrorCode::kNullPointer, "permuted_output_grad is null");
+  if (indices == nullptr) return error(ErrorCode::kNullPointer, "sorted_indices is null");
+  if (out == nullptr) return error(ErrorCode::kNullPointer, "out is null");
+  if (Status s = arithmetic_dtype("permuted_output_grad", *grad, &p->dtype); !s.ok()) return s;
+  if (out->dtype() != grad->dtype()) {
+    return error(ErrorCode::kDtypeMismatch, "out dtype ", static_cast<int32_t>(out->dtype()),
+                 " differs from permuted_output_grad dtype ", static_cast<int32_t>(grad->dtype()));
+  }
+  if (Status s = index_dtype("sorted_indices", *indices, &p->index_type); !s.ok()) return s;
+  p->mode = padded_mode ? Mode::kPadded : Mode::kDropless;
+  p->topk = num_topk;
+  if (Status s = as_matrix("permuted_output_grad", *grad, padded_mode, &p->grad); !s.ok()) {
+    return s;
+  }
+  if (Status s = as_matrix("out", *out, false, &p->out); !s.ok()) return s;
+  if (Status s = as_vector("sorted_indices", *indices, &p->indices, &p->num_indices); !s.ok()) {
+    return s;
+  }
+  return mpg::detail::check_shapes(*p);
+}
+
+}  // namespace detail
+
+inline aclnnStatus MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_output_grad,
+                                                       const Tensor* sorted_indices,
+                                                       int64_t num_topk, bool padded_mode,
+                                                       Tensor* out, uint64_t* workspace_size,
+                                                       Executor** executor) {
+  if (Status s = detail::check_out_params(workspace_size, executor); !s.ok()) {
+    return detail::finish(s);
+  }
+  mpg::detail::Problem p;
+  if (Status s = detail::make_permute_grad_problem(permuted_output_grad, sorted_indices, num_topk,
+                                                   padded_mode, out, &p);
+      !s.ok()) {
+    return detail::finish(s);
+  }
+  const auto operands = mpg::detail::operands(p);
+  return detail::plan(
+      "MoeTokenPermuteGrad", mpg::detail::index_scratch_bytes(p.mode, p.num_indices, p.grad.rows),
+      {operands.begin(), operands.end()},
+      [p](uint8_t* workspace) { return mpg::detail::execute(p, workspace, Options{}); },
+      workspace_size, executor);
+}
+
+inline aclnnStatus MoeTokenPermuteGrad(void* workspace, uint64_t workspace_size,
+                                       Executor* executor) {
+  return detail::run("MoeTokenPermuteGrad", workspace, workspace_size, executor);
 }
 
 }  // namespace mpg::aclnn

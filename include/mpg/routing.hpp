@@ -8,7 +8,10 @@
 #define MPG_INSIDE_PUBLIC_HEADER
 #endif
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -118,14 +121,22 @@ Status route_padded(IndexView<E> expert_ids, int64_t num_topk, int64_t num_exper
 
 // The forward permute: permuted[S[t*K + k]] = tokens[t] for every kept copy. tokens is [N, H];
 // permuted is [R, H] (dropless) or [E*C, H] (padded), and rows no copy lands in (capacity
-// padding) are set to zero. Validated exactly like permute_grad, with permuted in G's place.
+// padding) are set to zero. The shape and index rules are permute_grad's, with permuted in G's
+// place and tokens in out's; permuted, the one output, must not overlap tokens or sorted_indices.
 template <class T, class I>
 Status permute(ConstMatrixView<T> tokens, IndexView<I> sorted_indices, int64_t num_topk, Mode mode,
                MatrixView<T> permuted) {
+  static_assert(kIsElement<T>, "mpg: element type must be float, Eigen::half or Eigen::bfloat16");
+  // check_shape_rules only reads the Problem; its out slot holds the (read-only) tokens.
   const detail::Problem p = detail::make_problem(
       ConstMatrixView<T>(permuted), sorted_indices, num_topk, mode,
       MatrixView<T>(const_cast<T*>(tokens.data), tokens.rows, tokens.cols, tokens.row_stride));
-  if (Status s = detail::check_shapes(p); !s.ok()) return s;
+  if (Status s = detail::check_shape_rules(p, {"permuted", "tokens"}); !s.ok()) return s;
+  const int64_t elem_size = p.elem_size();
+  const std::array<detail::Operand, 3> operands = {
+      detail::output("permuted", p.grad, elem_size), detail::input("tokens", p.out, elem_size),
+      detail::input("sorted_indices", p.indices, p.num_indices, size_of(p.index_type))};
+  if (Status s = detail::check_no_overlap(operands); !s.ok()) return s;
   std::vector<uint8_t> scratch(
       detail::index_scratch_bytes(mode, sorted_indices.size, permuted.rows));
   if (Status s = detail::check_indices(sorted_indices, mode, permuted.rows, scratch.data());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <utility>
 
@@ -51,11 +52,20 @@ class [[nodiscard]] Status {
   ErrorCode code() const { return code_; }
   // Names the argument, the rule broken, and the offending value and position; "" when ok.
   const std::string& message() const { return message_; }
+  // "ok", or the code's name and the message: "index out of range: sorted_indices[3] = 9 ...".
+  std::string to_string() const {
+    if (ok()) return name_of(code_);
+    return std::string(name_of(code_)) + ": " + message_;
+  }
 
  private:
   ErrorCode code_ = ErrorCode::kOk;
   std::string message_;
 };
+
+inline std::ostream& operator<<(std::ostream& os, const Status& status) {
+  return os << status.to_string();
+}
 
 inline constexpr int32_t kAclnnSuccess = 0;
 inline constexpr int32_t kAclnnErrParamNullptr = 161001;

@@ -2,8 +2,10 @@
 #include "mpg/detail/guard.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -49,6 +51,56 @@ inline ByteRows byte_rows(const Problem::Matrix& m, int64_t elem_size) {
                   m.row_stride * elem_size};
 }
 
+// One tensor argument of an op, by name, as the bytes it covers. Every op lists all of its
+// operands, inputs and outputs alike, and check_no_overlap() checks them the same way.
+struct Operand {
+  const char* name = "";
+  ByteRows bytes;
+  bool writable = false;
+};
+inline Operand input(const char* name, const Problem::Matrix& m, int64_t elem_size) {
+  return {name, byte_rows(m, elem_size), false};
+}
+inline Operand output(const char* name, const Problem::Matrix& m, int64_t elem_size) {
+  return {name, byte_rows(m, elem_size), true};
+}
+// A contiguous array of `count` elements of `elem_size` bytes.
+inline Operand input(const char* name, const void* data, int64_t count, int64_t elem_size) {
+  return {name, ByteRows{reinterpret_cast<uintptr_t>(data), 1, count * elem_size, 0}, false};
+}
+inline Operand output(const char* name, void* data, int64_t count, int64_t elem_size) {
+  return {name, ByteRows{reinterpret_cast<uintptr_t>(data), 1, count * elem_size, 0}, true};
+}
+
+// Every writable operand against every other operand, inputs and outputs: writing one must not
+// change another's bytes. Inputs may share memory with each other (reading twice is harmless).
+// Operands are checked in the order given; the message names the writable one first.
+template <class Operands>
+Status check_no_overlap(const Operands& operands) {
+  for (auto w = std::begin(operands); w != std::end(operands); ++w) {
+    if (!w->writable) continue;
+    for (auto o = std::begin(operands); o != std::end(operands); ++o) {
+      if (o == w || (o->writable && o < w)) continue;  // each pair of outputs once
+      if (overlaps(w->bytes, o->bytes)) {
+        return error(ErrorCode::kOverlap, w->name, " overlaps ", o->name, " in memory");
+      }
+    }
+  }
+  return {};
+}
+
+// The workspace is written by the second phase, so it must not share a byte with any operand.
+template <class Operands>
+Status check_workspace_overlap(const Operands& operands, const void* workspace, uint64_t bytes) {
+  const ByteRows scratch{reinterpret_cast<uintptr_t>(workspace), 1, static_cast<int64_t>(bytes), 0};
+  for (const Operand& o : operands) {
+    if (overlaps(scratch, o.bytes)) {
+      return error(ErrorCode::kOverlap, "workspace overlaps ", o.name, " in memory");
+    }
+  }
+  return {};
+}
+
 // Checks of one matrix argument that do not depend on the others: non-negative sizes, a stride
 // that keeps rows apart, an extent that fits in 64-bit byte offsets, and data when non-empty.
 inline Status check_matrix(const char* name, const Problem::Matrix& m, int64_t elem_size) {
@@ -73,11 +125,23 @@ inline Status check_matrix(const char* name, const Problem::Matrix& m, int64_t e
   return {};
 }
 
-// Everything that can be checked without reading index values (SPEC section 4): all of it
-// happens in the first phase of the two-phase API.
-inline Status check_shapes(const Problem& p) {
-  if (Status s = check_matrix("permuted_output_grad", p.grad, p.elem_size()); !s.ok()) return s;
-  if (Status s = check_matrix("out", p.out, p.elem_size()); !s.ok()) return s;
+// permute_grad's operands, in the order their overlaps are reported.
+inline std::array<Operand, 3> operands(const Problem& p) {
+  return {output("out", p.out, p.elem_size()), input("permuted_output_grad", p.grad, p.elem_size()),
+          input("sorted_indices", p.indices, p.num_indices, size_of(p.index_type))};
+}
+
+// The names of a Problem's two matrices in messages: `by_index` has a row per kept copy (G),
+// `by_token` a row per token (out). The forward permute reuses the rules under its own names.
+struct MatrixNames {
+  const char* by_index = "permuted_output_grad";
+  const char* by_token = "out";
+};
+
+// The shape rules (docs/contract.md, "Bad input"), everything but overlaps.
+inline Status check_shape_rules(const Problem& p, const MatrixNames& names = {}) {
+  if (Status s = check_matrix(names.by_index, p.grad, p.elem_size()); !s.ok()) return s;
+  if (Status s = check_matrix(names.by_token, p.out, p.elem_size()); !s.ok()) return s;
   const auto index_size = size_of(p.index_type);
   if (p.num_indices < 0 || p.num_indices > std::numeric_limits<int64_t>::max() / index_size) {
     return error(ErrorCode::kShapeMismatch, "sorted_indices has ", p.num_indices,
@@ -95,28 +159,26 @@ inline Status check_shapes(const Problem& p) {
                  " elements, which is not a multiple of num_topk = ", p.topk);
   }
   if (p.out.rows != p.num_tokens()) {
-    return error(ErrorCode::kShapeMismatch, "out has ", p.out.rows,
+    return error(ErrorCode::kShapeMismatch, names.by_token, " has ", p.out.rows,
                  " rows but must have N = len(sorted_indices) / num_topk = ", p.num_indices, " / ",
                  p.topk, " = ", p.num_tokens());
   }
   if (p.out.cols != p.grad.cols) {
-    return error(ErrorCode::kShapeMismatch, "out has hidden size ", p.out.cols,
-                 " but permuted_output_grad has hidden size ", p.grad.cols);
+    return error(ErrorCode::kShapeMismatch, names.by_token, " has hidden size ", p.out.cols,
+                 " but ", names.by_index, " has hidden size ", p.grad.cols);
   }
   if (p.mode == Mode::kDropless && p.grad.rows > p.num_indices) {
-    return error(ErrorCode::kShapeMismatch, "permuted_output_grad has ", p.grad.rows,
+    return error(ErrorCode::kShapeMismatch, names.by_index, " has ", p.grad.rows,
                  " rows, more than N * num_topk = ", p.num_indices, " (dropless mode)");
   }
-  const ByteRows out_bytes = byte_rows(p.out, p.elem_size());
-  if (overlaps(out_bytes, byte_rows(p.grad, p.elem_size()))) {
-    return error(ErrorCode::kOverlap, "out overlaps permuted_output_grad in memory");
-  }
-  const ByteRows index_bytes{reinterpret_cast<uintptr_t>(p.indices), 1, p.num_indices * index_size,
-                             0};
-  if (overlaps(out_bytes, index_bytes)) {
-    return error(ErrorCode::kOverlap, "out overlaps sorted_indices in memory");
-  }
   return {};
+}
+
+// Everything about permute_grad that can be checked without reading index values: all of it
+// happens in the first phase of the two-phase API.
+inline Status check_shapes(const Problem& p) {
+  if (Status s = check_shape_rules(p); !s.ok()) return s;
+  return check_no_overlap(operands(p));
 }
 
 // Index values a mode accepts: [lo, hi), each at most once (-1 in padded mode excepted).
