@@ -27,7 +27,7 @@ using mpg_test::GuardedMatrix;
 // Scalar definitions the vector conversions must match.
 
 // IEEE binary16 -> binary32 from the format's definition (not through any library conversion).
-float half_bits_to_float(uint16_t h) {
+[[maybe_unused]] float half_bits_to_float(uint16_t h) {
   const float sign = (h & 0x8000) ? -1.0f : 1.0f;
   const int exponent = (h >> 10) & 0x1F;
   const int mantissa = h & 0x3FF;
@@ -39,7 +39,7 @@ float half_bits_to_float(uint16_t h) {
 // Float bit patterns where narrowing can go wrong: for every sign and exponent, mantissas at and
 // around each power of two (each bit position is the rounding point for some exponent of fp16
 // subnormals, and bit 15 is bf16's), with the kept lsb odd and even; plus a fixed-seed sample.
-std::vector<uint32_t> narrowing_patterns() {
+[[maybe_unused]] std::vector<uint32_t> narrowing_patterns() {
   std::vector<uint32_t> patterns;
   for (uint32_t sign_exp = 0; sign_exp < 512; ++sign_exp) {
     const uint32_t high = sign_exp << 23;
@@ -63,7 +63,7 @@ T from_bits(uint16_t b) {
   return Eigen::numext::bit_cast<T>(b);
 }
 
-float float_from_bits(uint32_t b) {
+[[maybe_unused]] float float_from_bits(uint32_t b) {
   float f;
   std::memcpy(&f, &b, sizeof f);
   return f;

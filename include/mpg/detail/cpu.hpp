@@ -5,7 +5,10 @@
 
 // The x86 kernels are compiled with per-function target attributes, so they exist in every
 // x86-64 GCC/Clang build, whatever -march says; the CPU is asked at run time which may run.
-#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+// MPG_PORTABLE_ONLY (CMake option of the same name) compiles no SIMD kernel set at all: only
+// the portable one exists, on every CPU.
+#if !defined(MPG_PORTABLE_ONLY) && (defined(__x86_64__) || defined(_M_X64)) && \
+    (defined(__GNUC__) || defined(__clang__))
 #define MPG_HAVE_X86_KERNELS 1
 #include <cpuid.h>
 // Function attributes that let one translation unit hold code for several ISAs. Everything the
