@@ -6,7 +6,9 @@
 # and cached in the build dir. Emulation says nothing about speed: see README, Platforms.
 #   MPG_ARM64_BUILD_DIR  build dir (default build-arm64)
 #   MPG_CI_JOBS          parallel compile and test jobs (default 2)
-# Left out: the packaging tests (they build and run host consumers; nothing arm64-specific).
+# Left out: the packaging tests and acl_host.permute_grad / acl_host.compile_line (they build or
+# run programs from a host-side cmake -P or shell, not through the emulator; nothing
+# arm64-specific). Everything else runs, the huge-tensor tests included (about 40 s in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${MPG_ARM64_BUILD_DIR:-build-arm64}"
@@ -33,6 +35,7 @@ echo "arm64: built in $(( $(date +%s) - start ))s"
 
 test_start=$(date +%s)
 status=0
-(cd "$dir" && ctest -j "$jobs" --output-on-failure --timeout 900 -LE packaging) || status=$?
+(cd "$dir" && ctest -j "$jobs" --output-on-failure --timeout 900 -LE packaging \
+  -E '^acl_host\.(permute_grad|compile_line)$') || status=$?
 echo "arm64: tests took $(( $(date +%s) - test_start ))s, $(( $(date +%s) - start ))s in total"
 exit "$status"

@@ -130,7 +130,6 @@ inline int64_t round_up(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
 }
 
-#if MPG_BENCH_X86
 // Software prefetch of the line kPrefetchBytes ahead of each loaded one, or none: which of the
 // two streams faster depends on the machine and its load (on this VM neither won every time), so
 // the yardstick times both once and keeps the faster (BandwidthReference::calibrate).
@@ -145,6 +144,7 @@ inline void prefetch_step(const unsigned char* p) {
   }
 }
 
+#if MPG_BENCH_X86
 template <bool kPrefetch>
 MPG_BENCH_TARGET_AVX512 uint64_t read_avx512(const unsigned char* p, int64_t n) {
   // 8 accumulators: 2 loads per cycle, so enough independent adds that the loads never wait.
