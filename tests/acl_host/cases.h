@@ -138,3 +138,70 @@ struct Unweighted {
 };
 
 }  // namespace unpermute_cases
+
+namespace token_permute_cases {
+
+// bfloat16 tokens [N, H] = [4, 3], int32 expert ids [N, K] = [4, 2] with ties, num_out_tokens 0
+// (keep all N*K = 8 copies): permute_tokens_out [8, 3], sorted_indices_out [8].
+struct KeepAll {
+  static constexpr int64_t kTokens = 4, kTopk = 2, kHidden = 3, kOutTokens = 0, kRows = 8;
+  static std::vector<uint16_t> tokens() { return cases::half_values(kTokens * kHidden, 0x3F00); }
+  static std::vector<int32_t> expert_ids() { return {2, 0, 1, 2, 0, 3, 1, 0}; }
+  static std::vector<uint16_t> permuted() { return std::vector<uint16_t>(kRows * kHidden, 0); }
+  static std::vector<int32_t> sorted_indices() { return std::vector<int32_t>(kTokens * kTopk, -9); }
+};
+
+// int8 tokens [3, 5], int64 expert ids [3, 3], num_out_tokens -2: n = 9 - 2 = 7 rows kept, the
+// copies ranked 7 and 8 (the highest expert ids) dropped.
+struct Int8Dropping {
+  static constexpr int64_t kTokens = 3, kTopk = 3, kHidden = 5, kOutTokens = -2, kRows = 7;
+  static std::vector<int8_t> tokens() {
+    std::vector<int8_t> v(kTokens * kHidden);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int8_t>(i * 29 % 256 - 128);
+    return v;
+  }
+  static std::vector<int64_t> expert_ids() { return {4, 1, 7, 1, 0, 4, 7, 2, 3}; }
+  static std::vector<int8_t> permuted() { return std::vector<int8_t>(kRows * kHidden, 0); }
+  static std::vector<int32_t> sorted_indices() { return std::vector<int32_t>(kTokens * kTopk, -9); }
+};
+
+}  // namespace token_permute_cases
+
+namespace unpermute_grad_cases {
+
+// With probs: X [R, H] = [5, 3] bfloat16, g [N, H] = [3, 3] bfloat16, S a permutation of [0, 6)
+// (N = 3, K = 2; the copy at row 5 was dropped), probs [3, 2] bfloat16; outputs dX [6, 3] and
+// dP [3, 2], both bfloat16.
+struct Weighted {
+  static constexpr int64_t kTokens = 3, kTopk = 2, kRows = 5, kHidden = 3;
+  static std::vector<uint16_t> permuted_tokens() {
+    return cases::half_values(kRows * kHidden, 0x3E80);
+  }
+  static std::vector<uint16_t> unpermuted_tokens_grad() {
+    return cases::half_values(kTokens * kHidden, 0x3C80);
+  }
+  static std::vector<int32_t> sorted_indices() { return {3, 0, 5, 2, 1, 4}; }
+  static std::vector<uint16_t> probs() { return cases::half_values(kTokens * kTopk, 0x3E00); }
+  static std::vector<uint16_t> permuted_tokens_grad() {
+    return std::vector<uint16_t>(kTokens * kTopk * kHidden, 0xFFFF);
+  }
+  static std::vector<uint16_t> probs_grad() {
+    return std::vector<uint16_t>(kTokens * kTopk, 0xFFFF);
+  }
+};
+
+// Without probs (K = 1): X [3, 4] float32, g [4, 4] float32, S int64 of length 4 (row 3 of X
+// does not exist: that copy was dropped); dX [4, 4] float32.
+struct Unweighted {
+  static constexpr int64_t kRows = 3, kHidden = 4, kCopies = 4;
+  static std::vector<float> permuted_tokens() { return cases::float_values(kRows * kHidden); }
+  static std::vector<float> unpermuted_tokens_grad() {
+    return cases::float_values(kCopies * kHidden);
+  }
+  static std::vector<int64_t> sorted_indices() { return {2, 0, 3, 1}; }
+  static std::vector<float> permuted_tokens_grad() {
+    return std::vector<float>(kCopies * kHidden, -1.0f);
+  }
+};
+
+}  // namespace unpermute_grad_cases

@@ -242,6 +242,21 @@ TEST(AclShim, CreateTensorRefusesWhatMpgCannotDescribe) {
   EXPECT_EQ(aclDestroyTensor(nullptr), ACLNN_SUCCESS);
 }
 
+TEST(AclShim, IntArraysCopyTheirValues) {
+  std::vector<int64_t> values = {3, 4};
+  aclIntArray* array = aclCreateIntArray(values.data(), values.size());
+  ASSERT_NE(array, nullptr);
+  values[0] = 99;  // the array holds its own copy, as the vendor's does
+  const auto* mpg_array = reinterpret_cast<const mpg::aclnn::IntArray*>(array);
+  EXPECT_EQ(mpg_array->values(), (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(aclDestroyIntArray(array), ACLNN_SUCCESS);
+  EXPECT_EQ(aclCreateIntArray(nullptr, 2), nullptr);
+  EXPECT_NE(recent().find("aclCreateIntArray: "), std::string::npos) << recent();
+  aclIntArray* empty = aclCreateIntArray(nullptr, 0);
+  EXPECT_NE(empty, nullptr);
+  EXPECT_EQ(aclDestroyIntArray(empty), ACLNN_SUCCESS);
+}
+
 TEST(AclShim, ScalarsCopyTheirValue) {
   int32_t k = 4;
   aclScalar* scalar = aclCreateScalar(&k, ACL_INT32);

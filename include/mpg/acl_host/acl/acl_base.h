@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>  // device test programs print with printf and rely on the ACL headers for it
 #include <mutex>
 #include <string>
 #include <unordered_map>

@@ -33,6 +33,7 @@ static_assert(ACLNN_SUCCESS == mpg::kAclnnSuccess &&
 static_assert(
     static_cast<int32_t>(ACL_FLOAT) == static_cast<int32_t>(mpg::aclnn::DataType::kFloat) &&
         static_cast<int32_t>(ACL_FLOAT16) == static_cast<int32_t>(mpg::aclnn::DataType::kFloat16) &&
+        static_cast<int32_t>(ACL_INT8) == static_cast<int32_t>(mpg::aclnn::DataType::kInt8) &&
         static_cast<int32_t>(ACL_INT32) == static_cast<int32_t>(mpg::aclnn::DataType::kInt32) &&
         static_cast<int32_t>(ACL_INT64) == static_cast<int32_t>(mpg::aclnn::DataType::kInt64) &&
         static_cast<int32_t>(ACL_BF16) == static_cast<int32_t>(mpg::aclnn::DataType::kBFloat16),
@@ -57,15 +58,19 @@ struct aclScalar {
   std::vector<unsigned char> bytes;  // the value, copied
 };
 
-// Opaque here as in the vendor's headers: an aclOpExecutor* is an mpg::aclnn::Executor*, passed
-// through unchanged so that mpg's own checks (for example, an executor already consumed) see the
-// very pointer the program holds.
+// Opaque here as in the vendor's headers: an aclIntArray* is an mpg::aclnn::IntArray* and an
+// aclOpExecutor* an mpg::aclnn::Executor*, passed through unchanged so that mpg's own checks
+// (for example, an executor already consumed) see the very pointer the program holds.
+struct aclIntArray;
 struct aclOpExecutor;
 
 namespace mpg::acl_host::detail {
 
 inline mpg::aclnn::Tensor* view_of(const aclTensor* tensor) {
   return tensor == nullptr ? nullptr : tensor->view.get();
+}
+inline const mpg::aclnn::IntArray* int_array_of(const aclIntArray* array) {
+  return reinterpret_cast<const mpg::aclnn::IntArray*>(array);
 }
 inline aclOpExecutor* to_acl(mpg::aclnn::Executor* executor) {
   return reinterpret_cast<aclOpExecutor*>(executor);
@@ -231,6 +236,20 @@ inline aclTensor* aclCreateTensor(const int64_t* viewDims, uint64_t viewDimsNum,
 
 inline aclnnStatus aclDestroyTensor(const aclTensor* tensor) {
   delete tensor;
+  return ACLNN_SUCCESS;
+}
+
+// The values are copied. Returns nullptr when value is null and size > 0.
+inline aclIntArray* aclCreateIntArray(const int64_t* value, uint64_t size) {
+  mpg::aclnn::IntArray* array = mpg::aclnn::CreateIntArray(value, size);
+  if (array == nullptr) {
+    mpg::acl_host::detail::fail(0, "aclCreateIntArray", mpg::aclnn::GetLastErrorMessage());
+  }
+  return reinterpret_cast<aclIntArray*>(array);
+}
+
+inline aclnnStatus aclDestroyIntArray(const aclIntArray* array) {
+  mpg::aclnn::DestroyIntArray(mpg::acl_host::detail::int_array_of(array));
   return ACLNN_SUCCESS;
 }
 
