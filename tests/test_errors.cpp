@@ -1,6 +1,6 @@
-// Every error class of SPEC section 4, through both layers: the typed API returns the right
-// ErrorCode, the two-phase API 161001 / 161002, both with a message naming the argument, value
-// and position; and out (sentinel-filled, guarded on both sides) is never touched.
+// Every error class of docs/contract.md section 4, through both layers: the typed API returns the
+// right ErrorCode, the two-phase API 161001 / 161002, both with a message naming the argument,
+// value and position; and out (sentinel-filled, guarded on both sides) is never touched.
 #include "test_util.hpp"
 
 #include <functional>

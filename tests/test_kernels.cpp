@@ -233,7 +233,7 @@ void run_kernel(Isa isa, const GuardedMatrix<T>& grad, const std::vector<I>& ind
 
 // "" when got has want's bits everywhere, NaN only needing to be NaN: when both operands of an
 // add are NaN, which payload survives depends on the operand order the compiler picked, and
-// SPEC section 3 leaves NaN bits unspecified.
+// docs/contract.md section 3 leaves NaN bits unspecified.
 template <class T>
 std::string first_difference_nan_as_nan(const GuardedMatrix<T>& got, const GuardedMatrix<T>& want) {
   for (int64_t r = 0; r < want.rows(); ++r) {

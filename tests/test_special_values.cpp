@@ -1,6 +1,6 @@
 // Subnormals, infinities, NaN, signed zeros, overflow, rounding ties, fully dropped tokens and
-// empty tensors, through the reference and every fast path. Expected values follow from SPEC
-// section 3 by hand (see each case); they are not computed by the code under test.
+// empty tensors, through the reference and every fast path. Expected values follow from
+// docs/contract.md section 3 by hand (see each case); they are not computed by the code under test.
 #include "test_util.hpp"
 
 #include <tuple>
@@ -118,7 +118,7 @@ TEST_P(SpecialValues, SumsOfTwoCopies) {
   });
 }
 
-// SPEC's first-copy rule with -0.0 (every G row is -0.0; K = 2):
+// The contract's first-copy rule with -0.0 (every G row is -0.0; K = 2):
 //   t0: k0 kept, k1 dropped   -> acc = G (assigned)     = -0
 //   t1: k0 dropped, k1 kept   -> acc = +0, +0 + -0      = +0
 //   t2: both dropped          -> +0

@@ -3,6 +3,8 @@
 //   mpg/routing.hpp       sorted_indices from routing decisions, and the forward permute
 //   mpg/token_permute.hpp the forward MoeTokenPermute: sort copies by expert, copy rows
 //   mpg/aclnn.hpp         the vendor-style two-phase API
+// The contract every header cites, docs/contract.md, is installed beside the headers as
+// <prefix>/share/doc/mpg/contract.md.
 #pragma once
 
 #include "mpg/aclnn.hpp"

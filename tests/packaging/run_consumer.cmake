@@ -41,6 +41,31 @@ if(MODE STREQUAL "find_package")
      OR NOT EXISTS ${prefix}/share/licenses/mpg/LICENSE OR NOT num_config_files EQUAL 3)
     message(FATAL_ERROR "install to ${prefix} is missing headers, LICENSE or package files")
   endif()
+  # pkg-config from the same prefix: mpg.pc's version is the header's, and its flags alone
+  # build a program (Eigen's through Requires: eigen3).
+  if(NOT EXISTS ${prefix}/share/pkgconfig/mpg.pc OR NOT EXISTS ${prefix}/share/doc/mpg/contract.md)
+    message(FATAL_ERROR "install to ${prefix} is missing share/pkgconfig/mpg.pc or the contract")
+  endif()
+  find_program(pkg_config pkg-config)
+  if(pkg_config)
+    set(ENV{PKG_CONFIG_PATH} "${prefix}/share/pkgconfig:$ENV{PKG_CONFIG_PATH}")
+    file(STRINGS ${MPG_SOURCE_DIR}/include/mpg/version.hpp version_lines
+         REGEX "^#define MPG_VERSION_(MAJOR|MINOR|PATCH) ")
+    string(REGEX MATCHALL "[0-9]+" header_version "${version_lines}")
+    string(REPLACE ";" "." header_version "${header_version}")
+    run_step("pkg-config --modversion mpg" ${pkg_config} --modversion mpg)
+    string(STRIP "${last_output}" pc_version)
+    if(NOT pc_version STREQUAL header_version)
+      message(FATAL_ERROR "mpg.pc says ${pc_version}, version.hpp says ${header_version}")
+    endif()
+    run_step("pkg-config consumer" sh -c
+             "${CXX_COMPILER} -std=c++17 $(pkg-config --cflags mpg) \
+${CMAKE_CURRENT_LIST_DIR}/pkg_config_consumer.cpp -o ${WORK_DIR}/pkg_config_consumer $(pkg-config --libs mpg) \
+&& ${WORK_DIR}/pkg_config_consumer")
+    message(STATUS "[${MODE}] ${last_output}")
+  else()
+    message(STATUS "[${MODE}] pkg-config not found: mpg.pc installed but not exercised")
+  endif()
   run_step("configure consumer" ${CMAKE_COMMAND} -S ${consumer_source} -B ${consumer_build}
            ${common_args} -DCMAKE_PREFIX_PATH=${prefix} -DMPG_CONSUMER_MODE=find_package)
   # The version file must refuse another major version.

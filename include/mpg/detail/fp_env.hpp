@@ -9,10 +9,10 @@
 
 namespace mpg::detail {
 
-// SPEC section 3 forbids flush-to-zero and denormals-are-zero. A caller built with -ffast-math
-// (or a framework that sets MXCSR or FPCR) may have them on, so every thread that computes runs
-// with the IEEE default (round to nearest even, no flushing) and restores the caller's state
-// after.
+// docs/contract.md section 3 forbids flush-to-zero and denormals-are-zero. A caller built with
+// -ffast-math (or a framework that sets MXCSR or FPCR) may have them on, so every thread that
+// computes runs with the IEEE default (round to nearest even, no flushing) and restores the
+// caller's state after.
 class ScopedIeeeFpEnv {
  public:
 #if defined(__x86_64__) || defined(__i386__)

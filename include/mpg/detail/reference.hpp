@@ -11,9 +11,9 @@
 
 namespace mpg::detail {
 
-// The oracle: SPEC section 3 written out with Eigen, one token at a time, single-threaded.
-// Inputs are already validated. Kept short and obvious on purpose; every other path must match
-// it bit for bit.
+// The oracle: docs/contract.md section 3 written out with Eigen, one token at a time,
+// single-threaded. Inputs are already validated. Kept short and obvious on purpose; every other
+// path must match it bit for bit.
 template <class T, class I, Mode M>
 void reference_permute_grad(ConstMatrixView<T> grad, IndexView<I> indices, int64_t num_topk,
                             MatrixView<T> out) {
@@ -26,7 +26,7 @@ void reference_permute_grad(ConstMatrixView<T> grad, IndexView<I> indices, int64
   Eigen::Array<float, 1, Eigen::Dynamic> acc(hidden);
   for (int64_t t = 0; t < out.rows; ++t) {
     const I* s = indices.data + t * num_topk;
-    // The first copy is assigned, not added to +0, so a lone -0.0 survives (SPEC section 3).
+    // The first copy is assigned, not added to +0, so a lone -0.0 survives (contract section 3).
     if (kept(s[0])) {
       acc = row(s[0]).template cast<float>();
     } else {
