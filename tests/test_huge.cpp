@@ -254,4 +254,32 @@ TEST(HugeDropless, RowsTimesHiddenBeyond2To31) {
   }
 }
 
+// MoeTokenPermute with token rows and output rows 2^31 + 64 bytes apart (int8): the copies'
+// byte offsets exceed 2^31 on both sides. Token 1 goes to rank 0, token 0 to rank 1.
+TEST(HugeTokenPermute, RowOffsetsBeyond2To31Bytes) {
+  constexpr int64_t kHidden = 64;
+  constexpr int64_t kStride = k2To31 + kHidden;
+  NoReserveMapping tokens(kStride + kHidden);
+  NoReserveMapping permuted(kStride + kHidden);
+  MPG_SKIP_UNLESS_MAPPED(tokens);
+  MPG_SKIP_UNLESS_MAPPED(permuted);
+  for (int64_t h = 0; h < kHidden; ++h) {
+    tokens.as<int8_t>()[h] = static_cast<int8_t>(h);
+    tokens.as<int8_t>()[kStride + h] = static_cast<int8_t>(-1 - h);
+  }
+  const std::vector<int64_t> expert_ids = {5, 2};
+  for (const mpg::Options& options : all_paths()) {
+    std::vector<int32_t> sorted(2, -1);
+    const mpg::Status s = mpg::token_permute(
+        mpg::ConstMatrixView<int8_t>(tokens.as<int8_t>(), 2, kHidden, kStride), expert_ids, 1, 0,
+        mpg::MatrixView<int8_t>(permuted.as<int8_t>(), 2, kHidden, kStride), sorted, options);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(sorted, (std::vector<int32_t>{1, 0}));
+    for (int64_t h = 0; h < kHidden; ++h) {
+      ASSERT_EQ(permuted.as<int8_t>()[h], static_cast<int8_t>(-1 - h));
+      ASSERT_EQ(permuted.as<int8_t>()[kStride + h], static_cast<int8_t>(h));
+    }
+  }
+}
+
 }  // namespace

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <vector>
+#include <memory>
 
 #include "mpg/detail/execute.hpp"
 #include "mpg/detail/overlap.hpp"
@@ -185,9 +185,11 @@ inline Status validate_and_execute_token_permute(const TokenPermuteProblem& p,
                                                  const Options& options) {
   if (Status s = check_options(options); !s.ok()) return s;
   if (Status s = check_token_permute_shapes(p); !s.ok()) return s;
-  std::vector<uint8_t> scratch(
-      options.path == Path::kReference ? 0 : token_permute_scratch_bytes(p.num_ids));
-  return execute_token_permute(p, scratch.data(), options);
+  // Uninitialized: the sort clears what it uses (a zero-filled vector cost a pass of its own).
+  const uint64_t bytes =
+      options.path == Path::kReference ? 0 : token_permute_scratch_bytes(p.num_ids);
+  const std::unique_ptr<uint8_t[]> scratch(bytes > 0 ? new uint8_t[bytes] : nullptr);
+  return execute_token_permute(p, scratch.get(), options);
 }
 
 }  // namespace mpg::detail
