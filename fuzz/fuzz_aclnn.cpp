@@ -6,7 +6,8 @@
 // error, not one byte of the arena changed (guards at both ends included); on success, only the
 // bytes of out's elements changed (row gaps and guards keep the sentinel), out equals
 // mpg::permute_grad with Path::kReference bit for bit, and out shared no byte with grad or the
-// indices (brute-force byte sets); a consumed executor is rejected.
+// indices (brute-force byte sets); a consumed executor is rejected. Inputs starting with 'P'
+// drive MoeTokenPermute under the same invariants (see run_token_permute).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -19,10 +20,12 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "mpg/aclnn.hpp"
 #include "mpg/permute_grad.hpp"
+#include "mpg/token_permute.hpp"
 
 namespace {
 
@@ -440,9 +443,299 @@ void run(FuzzedDataProvider& in) {
   });
 }
 
+// ---- MoeTokenPermute ---------------------------------------------------------------------------
+// Inputs whose first byte is 'P' drive MoeTokenPermute with the rest: tokens [N, H] and expert
+// ids [N, K] (or [N]) as inputs, permute_tokens_out [n, H] and sorted_indices_out [N*K] as
+// outputs, each placed in the arena and sometimes laid over another. Same invariants: on error
+// no arena byte changes; on success only the outputs' elements change, they equal
+// mpg::token_permute on Path::kReference (bytes), and no output byte is another operand's.
+
+acl::DataType pick_token_dtype(FuzzedDataProvider& in) {
+  static constexpr acl::DataType kTokens[] = {acl::DataType::kFloat, acl::DataType::kFloat16,
+                                              acl::DataType::kBFloat16, acl::DataType::kInt8};
+  const uint8_t choice = in.ConsumeIntegralInRange<uint8_t>(0, 15);
+  if (choice < 12) return kTokens[choice % 4];
+  static constexpr int32_t kOthers[] = {0, 1, 2, 3, 9, 27, -1, 1000};
+  return static_cast<acl::DataType>(kOthers[in.ConsumeIntegralInRange<int>(0, 7)]);
+}
+
+// Expert ids: few experts (ties), ids spread over 24 bits (the radix sort), or the top of the
+// range; sometimes a few values out of [0, 2^24 - 1).
+std::vector<int64_t> pick_expert_ids(FuzzedDataProvider& in, int64_t n) {
+  constexpr int64_t kLimit = (int64_t{1} << 24) - 1;
+  const uint8_t kind = in.ConsumeIntegralInRange<uint8_t>(0, 3);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t& e : v) {
+    switch (kind) {
+      case 0: e = in.ConsumeIntegralInRange<int64_t>(0, 3); break;
+      case 1: e = in.ConsumeIntegralInRange<int64_t>(0, 40); break;
+      case 2: e = in.ConsumeIntegralInRange<int64_t>(0, 7) * 2396745; break;
+      default: e = kLimit - 1 - in.ConsumeIntegralInRange<int64_t>(0, 3); break;
+    }
+  }
+  const int corruptions = in.ConsumeIntegralInRange(0, 7) < 6 ? 0 : in.ConsumeIntegralInRange(1, 3);
+  for (int c = 0; c < corruptions && n > 0; ++c) {
+    static constexpr int64_t kSpecial[] = {-1,
+                                           kLimit,
+                                           kLimit + 1,
+                                           int64_t{1} << 31,
+                                           -(int64_t{1} << 31),
+                                           std::numeric_limits<int64_t>::min()};
+    v[in.ConsumeIntegralInRange<int64_t>(0, n - 1)] = kSpecial[in.ConsumeIntegralInRange(0, 5)];
+  }
+  return v;
+}
+
+// The expected outputs from a snapshot of the arena: tokens and ids gathered into contiguous
+// copies, then mpg::token_permute on Path::kReference.
+template <class E>
+void check_token_permute(const Desc& tok, const Desc& ids, const Desc& out, const Desc& sorted,
+                         int64_t num_out_tokens, const uint8_t* before, const uint8_t* after,
+                         acl::aclnnStatus phase2, const std::string& phase2_message) {
+  const int64_t es = element_size(tok.dtype);
+  const int64_t n = tok.dims[0];
+  const int64_t hidden = tok.dims[1];
+  const int64_t topk = ids.dims.size() == 2 ? ids.dims[1] : 1;
+  std::vector<uint8_t> tokens(static_cast<size_t>(std::max<int64_t>(n * hidden * es, 1)));
+  for_each_element(tok, [&](const std::vector<int64_t>& idx, int64_t b) {
+    std::memcpy(&tokens[(idx[0] * hidden + idx[1]) * es], before + b, static_cast<size_t>(es));
+  });
+  std::vector<E> expert_ids(static_cast<size_t>(std::max<int64_t>(n * topk, 1)));
+  for_each_element(ids, [&](const std::vector<int64_t>& idx, int64_t b) {
+    const int64_t i = idx.size() == 2 ? idx[0] * topk + idx[1] : idx[0];
+    std::memcpy(&expert_ids[i], before + b, sizeof(E));
+  });
+  const int64_t rows = out.dims[0];
+  std::vector<uint8_t> expected(static_cast<size_t>(std::max<int64_t>(rows * hidden * es, 1)));
+  std::vector<int32_t> expected_sorted(static_cast<size_t>(std::max<int64_t>(n * topk, 1)));
+  mpg::Options options;
+  options.path = mpg::Path::kReference;
+  // The op copies bytes: any token type of the same size gives the same bytes.
+  const auto reference = [&](auto* typed_tokens, auto* typed_out) {
+    using T = std::remove_pointer_t<decltype(typed_out)>;
+    return mpg::token_permute<T, E>({typed_tokens, n, hidden}, {expert_ids.data(), n * topk}, topk,
+                                    num_out_tokens, {typed_out, rows, hidden},
+                                    {expected_sorted.data(), n * topk}, options);
+  };
+  mpg::Status ref;
+  switch (es) {
+    case 4:
+      ref = reference(reinterpret_cast<const float*>(tokens.data()),
+                      reinterpret_cast<float*>(expected.data()));
+      break;
+    case 2:
+      ref = reference(reinterpret_cast<const mpg::half*>(tokens.data()),
+                      reinterpret_cast<mpg::half*>(expected.data()));
+      break;
+    default:
+      ref = reference(reinterpret_cast<const int8_t*>(tokens.data()),
+                      reinterpret_cast<int8_t*>(expected.data()));
+      break;
+  }
+  FUZZ_CHECK(ref.ok() == (phase2 == acl::kSuccess));
+  if (!ref.ok()) {
+    FUZZ_CHECK(mpg::to_aclnn_status(ref.code()) == phase2);
+    FUZZ_CHECK(ref.message() == phase2_message);
+    return;
+  }
+  for_each_element(out, [&](const std::vector<int64_t>& idx, int64_t b) {
+    FUZZ_CHECK(std::memcmp(after + b, &expected[(idx[0] * hidden + idx[1]) * es],
+                           static_cast<size_t>(es)) == 0);
+  });
+  for_each_element(sorted, [&](const std::vector<int64_t>& idx, int64_t b) {
+    FUZZ_CHECK(std::memcmp(after + b, &expected_sorted[idx[0]], 4) == 0);
+  });
+}
+
+void run_token_permute(FuzzedDataProvider& in) {
+  const bool padded = in.ConsumeIntegralInRange(0, 15) == 0;
+  const int64_t tokens = in.ConsumeIntegralInRange<int64_t>(0, 6);
+  const int64_t topk =
+      in.ConsumeIntegralInRange<int64_t>(in.ConsumeIntegralInRange(0, 15) == 0 ? 0 : 1, 4);
+  const int64_t hidden = in.ConsumeIntegralInRange<int64_t>(0, 40);
+  const int64_t copies = tokens * topk;
+  int64_t num_out_tokens = in.ConsumeIntegralInRange<int64_t>(-copies - 2, copies + 2);
+  if (in.ConsumeIntegralInRange(0, 15) == 0) {
+    num_out_tokens = in.ConsumeBool() ? std::numeric_limits<int64_t>::min()
+                                      : std::numeric_limits<int64_t>::max();
+  }
+  const int64_t rows = mpg::token_permute_rows(num_out_tokens, copies);
+
+  Desc tok, ids, out, sorted;
+  tok.dtype = pick_token_dtype(in);
+  out.dtype = in.ConsumeIntegralInRange(0, 15) == 0 ? pick_token_dtype(in) : tok.dtype;
+  ids.dtype = pick_dtype(in, true);
+  sorted.dtype =
+      in.ConsumeIntegralInRange(0, 15) == 0 ? pick_dtype(in, true) : acl::DataType::kInt32;
+  tok.dims = {tokens, hidden};
+  ids.dims = topk == 1 && in.ConsumeBool() ? std::vector<int64_t>{tokens}
+                                           : std::vector<int64_t>{tokens, topk};
+  out.dims = {rows, hidden};
+  sorted.dims = {copies};
+  switch (in.ConsumeIntegralInRange(0, 31)) {  // rare shape misuse
+    case 0: out.dims[0] += 1; break;
+    case 1: out.dims[1] += 1; break;
+    case 2: sorted.dims[0] += 1; break;
+    case 3: tok.dims[0] += 1; break;
+    case 4: ids.dims.push_back(1); break;
+    case 5: sorted.dims.push_back(1); break;
+    case 6: tok.dims = {tokens * std::max<int64_t>(hidden, 1)}; break;
+    default: break;
+  }
+  pick_strides(in, &tok);
+  pick_strides(in, &out);
+  pick_strides(in, &ids);
+  sorted.strides.assign(sorted.dims.size(), 1);
+  if (sorted.dims.size() == 2) sorted.strides[0] = sorted.dims[1];
+  for (Desc* d : {&tok, &ids, &out, &sorted}) {
+    d->offset = in.ConsumeIntegralInRange<int64_t>(0, 3);
+    d->null_data = in.ConsumeIntegralInRange(0, 31) == 0;
+    d->null_tensor = in.ConsumeIntegralInRange(0, 63) == 0;
+  }
+
+  // Placement: in order, each after the last; then sometimes an output laid over another operand.
+  const auto align8 = [](int64_t x) { return (x + 7) / 8 * 8; };
+  const auto bounded = [](const Desc& d) {  // a negative stride never passes phase one
+    Desc b = d;
+    for (int64_t& x : b.strides) x = std::max<int64_t>(x, 0);
+    return b;
+  };
+  tok.position = kGuardBytes;
+  ids.position = align8(max_byte(bounded(tok)) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  out.position = align8(max_byte(bounded(ids)) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  sorted.position = align8(max_byte(bounded(out)) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  switch (in.ConsumeIntegralInRange<uint8_t>(0, 9)) {
+    case 1: out.position = tok.position + in.ConsumeIntegralInRange<int64_t>(0, 8) * 8; break;
+    case 2: out.position = ids.position + in.ConsumeIntegralInRange<int64_t>(0, 3) * 8; break;
+    case 3: sorted.position = tok.position + in.ConsumeIntegralInRange<int64_t>(0, 8) * 8; break;
+    case 4: sorted.position = ids.position + in.ConsumeIntegralInRange<int64_t>(0, 3) * 8; break;
+    case 5: sorted.position = out.position + in.ConsumeIntegralInRange<int64_t>(0, 8) * 8; break;
+    default: break;
+  }
+  Arena arena;
+  {
+    int64_t end = 0;
+    for (const Desc* d : {&tok, &ids, &out, &sorted}) end = std::max(end, max_byte(bounded(*d)));
+    arena.size = align8(end) + kGuardBytes;
+    arena.words.assign(static_cast<size_t>(arena.size / 8), 0);
+    std::memset(arena.bytes(), kSentinel, static_cast<size_t>(arena.size));
+  }
+  {  // Token bytes from the input (any bit pattern), then the expert ids.
+    const int64_t es = element_size(tok.dtype);
+    for_each_element(tok, [&](const std::vector<int64_t>&, int64_t b) {
+      if (b < 0 || b + es > arena.size) return;
+      const uint32_t bits = in.ConsumeIntegral<uint32_t>();
+      std::memcpy(arena.bytes() + b, &bits, static_cast<size_t>(std::min<int64_t>(es, 4)));
+    });
+    const std::vector<int64_t> values = pick_expert_ids(in, copies);
+    const int64_t ies = element_size(ids.dtype);
+    for_each_element(ids, [&](const std::vector<int64_t>& idx, int64_t b) {
+      const int64_t i = idx.size() == 2 ? idx[0] * topk + idx[1] : idx[0];
+      if (b < 0 || b + ies > arena.size || i >= static_cast<int64_t>(values.size())) return;
+      if (ies == 8) {
+        std::memcpy(arena.bytes() + b, &values[i], 8);
+      } else if (ies == 4) {
+        const auto v32 = static_cast<int32_t>(values[i]);
+        std::memcpy(arena.bytes() + b, &v32, 4);
+      }
+    });
+  }
+
+  const std::vector<uint8_t> before(arena.bytes(), arena.bytes() + arena.size);
+  const auto make = [&](const Desc& d) -> acl::Tensor* {
+    if (d.null_tensor) return nullptr;
+    void* data = d.null_data ? nullptr : arena.bytes() + d.position;
+    return acl::CreateTensor(d.dims.data(), d.dims.size(), d.dtype,
+                             d.explicit_strides ? d.strides.data() : nullptr, d.offset, data);
+  };
+  acl::Tensor* tok_t = make(tok);
+  acl::Tensor* ids_t = make(ids);
+  acl::Tensor* out_t = make(out);
+  acl::Tensor* sorted_t = make(sorted);
+  uint64_t workspace_size = 0;
+  acl::Executor* executor = reinterpret_cast<acl::Executor*>(&workspace_size);  // must be reset
+  const acl::aclnnStatus phase1 = acl::MoeTokenPermuteGetWorkspaceSize(
+      tok_t, ids_t, num_out_tokens, padded, out_t, sorted_t, &workspace_size, &executor);
+  for (acl::Tensor* t : {tok_t, ids_t, out_t, sorted_t}) acl::DestroyTensor(t);
+  FUZZ_CHECK(phase1 == acl::kSuccess || phase1 == acl::kErrParamNullptr ||
+             phase1 == acl::kErrParamInvalid);
+  if (phase1 != acl::kSuccess) {
+    FUZZ_CHECK(executor == nullptr);
+    FUZZ_CHECK(std::strlen(acl::GetLastErrorMessage()) > 0);
+    FUZZ_CHECK(std::memcmp(before.data(), arena.bytes(), before.size()) == 0);
+    return;
+  }
+  FUZZ_CHECK(!padded);
+  FUZZ_CHECK(executor != nullptr);
+
+  // Phase one accepted: no output byte is also another operand's byte.
+  constexpr uint8_t kInput = 1;
+  constexpr uint8_t kOut = 2;
+  constexpr uint8_t kSorted = 4;
+  std::vector<uint8_t> owner(static_cast<size_t>(arena.size), 0);
+  for (const Desc* d : {&tok, &ids, &out, &sorted}) {
+    const int64_t des = element_size(d->dtype);
+    const uint8_t role = d == &out ? kOut : d == &sorted ? kSorted : kInput;
+    for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
+      FUZZ_CHECK(b >= 0 && b + des <= arena.size);
+      for (int64_t i = 0; i < des; ++i) {
+        // Inputs come first and may share bytes; an output byte belongs to nothing else.
+        if (role != kInput) FUZZ_CHECK(owner[b + i] == 0);
+        owner[b + i] |= role;
+      }
+    });
+  }
+
+  const bool short_workspace = workspace_size > (uint64_t{1} << 20) ||
+                               (workspace_size > 0 && in.ConsumeIntegralInRange(0, 15) == 0);
+  const bool arena_workspace = !short_workspace && workspace_size > 0 &&
+                               workspace_size <= static_cast<uint64_t>(arena.size) &&
+                               in.ConsumeIntegralInRange(0, 7) == 0;
+  std::vector<uint8_t> workspace(short_workspace ? 0 : workspace_size + 1, kSentinel);
+  uint8_t* workspace_data = workspace.empty() ? nullptr : workspace.data();
+  int64_t ws_begin = 0;
+  int64_t ws_end = 0;
+  bool ws_overlaps = false;
+  if (arena_workspace) {
+    ws_begin =
+        in.ConsumeIntegralInRange<int64_t>(0, arena.size - static_cast<int64_t>(workspace_size));
+    ws_end = ws_begin + static_cast<int64_t>(workspace_size);
+    workspace_data = arena.bytes() + ws_begin;
+    for (int64_t i = ws_begin; i < ws_end; ++i) ws_overlaps = ws_overlaps || owner[i] != 0;
+  }
+  const acl::aclnnStatus phase2 =
+      acl::MoeTokenPermute(workspace_data, short_workspace ? 0 : workspace_size, executor);
+  const std::string phase2_message = acl::GetLastErrorMessage();
+  FUZZ_CHECK(phase2 == acl::kSuccess || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(!short_workspace || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(!ws_overlaps || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(acl::MoeTokenPermute(nullptr, 0, executor) == acl::kErrParamInvalid);
+  if (!arena_workspace && !workspace.empty()) FUZZ_CHECK(workspace.back() == kSentinel);
+  for (int64_t i = 0; i < arena.size; ++i) {
+    const bool out_byte = phase2 == acl::kSuccess && (owner[i] & (kOut | kSorted)) != 0;
+    const bool scratch_byte = !ws_overlaps && i >= ws_begin && i < ws_end;
+    if (!out_byte && !scratch_byte) FUZZ_CHECK(arena.bytes()[i] == before[i]);
+  }
+  if (short_workspace || ws_overlaps) return;
+  if (ids.dtype == acl::DataType::kInt64) {
+    check_token_permute<int64_t>(tok, ids, out, sorted, num_out_tokens, before.data(),
+                                 arena.bytes(), phase2, phase2_message);
+  } else {
+    check_token_permute<int32_t>(tok, ids, out, sorted, num_out_tokens, before.data(),
+                                 arena.bytes(), phase2, phase2_message);
+  }
+}
+
 }  // namespace
 
+// The first byte 'P' picks MoeTokenPermute (the rest is its input); anything else is
+// MoeTokenPermuteGrad's input as a whole, so its seeds keep their meaning.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size > 0 && data[0] == 'P') {
+    FuzzedDataProvider in(data + 1, size - 1);
+    run_token_permute(in);
+    return 0;
+  }
   FuzzedDataProvider in(data, size);
   run(in);
   return 0;

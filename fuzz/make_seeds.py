@@ -3,7 +3,7 @@
 
 fuzz_aclnn decodes any bytes into a call (FuzzedDataProvider), so plain random bytes of
 assorted lengths already reach both modes, every dtype and valid and invalid shapes; the fuzzer
-grows the rest. Fixed seeds keep the files reproducible.
+grows the rest. Seeds starting with 'P' drive MoeTokenPermute. Fixed seeds keep the files reproducible.
 """
 import os
 import random
@@ -17,6 +17,9 @@ def main():
         data = bytes(rng.randrange(256) for _ in range(length))
         with open(os.path.join(CORPUS, "seed_%02d_%d.bin" % (seed, length)), "wb") as f:
             f.write(data)
+        # The same bytes behind 'P' drive MoeTokenPermute.
+        with open(os.path.join(CORPUS, "permute_seed_%02d_%d.bin" % (seed, length)), "wb") as f:
+            f.write(b"P" + data)
 
 if __name__ == "__main__":
     main()

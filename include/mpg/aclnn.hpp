@@ -42,6 +42,7 @@
 
 #include "mpg/detail/execute.hpp"
 #include "mpg/detail/problem.hpp"
+#include "mpg/detail/token_permute.hpp"
 #include "mpg/detail/validate.hpp"
 #include "mpg/options.hpp"
 #include "mpg/status.hpp"
@@ -464,6 +465,126 @@ inline aclnnStatus MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_ou
 inline aclnnStatus MoeTokenPermuteGrad(void* workspace, uint64_t workspace_size,
                                        Executor* executor) {
   return detail::run("MoeTokenPermuteGrad", workspace, workspace_size, executor);
+}
+
+// ---- MoeTokenPermute ---------------------------------------------------------------------------
+//
+// tokens [N, H] (float32, float16, bfloat16 or int8), indices [N, K] or [N] (K = 1) of expert
+// ids (int32 or int64, contiguous), num_out_tokens (any value: clamped, see token_permute.hpp),
+// permute_tokens_out [n, H] in the tokens' dtype, sorted_indices_out [N*K] int32. padded_mode
+// = true is refused (161002), as on the device. Phase one checks shapes, dtypes, pointers and
+// overlaps of both outputs against each other and every input; phase two checks the expert ids
+// are in [0, 2^24 - 1), then sorts in the workspace ((N*K + 4096) * 4 bytes + 3) and writes
+// the outputs.
+
+namespace detail {
+
+inline Status make_token_permute_problem(const Tensor* tokens, const Tensor* indices,
+                                         int64_t num_out_tokens, bool padded_mode,
+                                         Tensor* permute_tokens_out, Tensor* sorted_indices_out,
+                                         mpg::detail::TokenPermuteProblem* p) {
+  if (tokens == nullptr) return error(ErrorCode::kNullPointer, "tokens is null");
+  if (indices == nullptr) return error(ErrorCode::kNullPointer, "indices is null");
+  if (permute_tokens_out == nullptr) {
+    return error(ErrorCode::kNullPointer, "permute_tokens_out is null");
+  }
+  if (sorted_indices_out == nullptr) {
+    return error(ErrorCode::kNullPointer, "sorted_indices_out is null");
+  }
+  if (padded_mode) {
+    return error(ErrorCode::kInvalidArgument,
+                 "padded_mode = true is not supported: MoeTokenPermute sorts the copies by "
+                 "expert (padded_mode = false) only, as on the device");
+  }
+  DType dtype{};
+  if (!to_dtype(tokens->dtype(), &dtype)) {
+    return error(ErrorCode::kUnsupportedDtype, "tokens dtype ",
+                 static_cast<int32_t>(tokens->dtype()), " is not supported: must be ",
+                 code_list(AllDTypes{}));
+  }
+  if (permute_tokens_out->dtype() != tokens->dtype()) {
+    return error(ErrorCode::kDtypeMismatch, "permute_tokens_out dtype ",
+                 static_cast<int32_t>(permute_tokens_out->dtype()), " differs from tokens dtype ",
+                 static_cast<int32_t>(tokens->dtype()));
+  }
+  if (Status s = index_dtype("indices", *indices, &p->id_type); !s.ok()) return s;
+  if (sorted_indices_out->dtype() != DataType::kInt32) {
+    return error(ErrorCode::kUnsupportedDtype, "sorted_indices_out dtype ",
+                 static_cast<int32_t>(sorted_indices_out->dtype()),
+                 " is not supported: must be int32 (3)");
+  }
+  p->elem_size = size_of(dtype);
+  p->num_out_tokens = num_out_tokens;
+  if (Status s = as_matrix("tokens", *tokens, false, &p->tokens); !s.ok()) return s;
+  if (Status s = as_matrix("permute_tokens_out", *permute_tokens_out, false, &p->permuted);
+      !s.ok()) {
+    return s;
+  }
+  // indices: [N] (K = 1) or [N, K], row-major contiguous.
+  const auto& d = indices->dims();
+  const auto& st = indices->strides();
+  if (d.size() == 2) {
+    if (d[0] < 0 || d[1] < 0) {
+      return error(ErrorCode::kShapeMismatch, "indices has shape ", dims_string(d),
+                   ": dimensions must be >= 0");
+    }
+    if (d[1] < 1) {
+      return error(ErrorCode::kShapeMismatch, "indices has shape ", dims_string(d),
+                   ": K (dim 1) must be >= 1");
+    }
+    if ((d[1] > 1 && st[1] != 1) || (d[0] > 1 && st[0] != d[1])) {
+      return error(ErrorCode::kInvalidArgument, "indices strides ", dims_string(st), " for shape ",
+                   dims_string(d), ": must be contiguous row-major");
+    }
+    p->expert_ids = indices->data();
+    p->topk = d[1];
+    if (!mpg::detail::checked_mul(d[0], d[1], &p->num_ids)) {
+      return error(ErrorCode::kShapeMismatch, "indices shape ", dims_string(d), " overflows int64");
+    }
+  } else if (d.size() == 1) {
+    if (Status s = as_vector("indices", *indices, &p->expert_ids, &p->num_ids); !s.ok()) return s;
+    p->topk = 1;
+  } else {
+    return error(ErrorCode::kShapeMismatch, "indices has rank ", d.size(), " (shape ",
+                 dims_string(d), "): must be 2 ([N, K]) or 1 ([N], K = 1)");
+  }
+  const void* sorted = nullptr;
+  if (Status s = as_vector("sorted_indices_out", *sorted_indices_out, &sorted, &p->num_sorted);
+      !s.ok()) {
+    return s;
+  }
+  p->sorted_indices = static_cast<int32_t*>(const_cast<void*>(sorted));
+  return mpg::detail::check_token_permute_shapes(*p);
+}
+
+}  // namespace detail
+
+inline aclnnStatus MoeTokenPermuteGetWorkspaceSize(const Tensor* tokens, const Tensor* indices,
+                                                   int64_t num_out_tokens, bool padded_mode,
+                                                   Tensor* permute_tokens_out,
+                                                   Tensor* sorted_indices_out,
+                                                   uint64_t* workspace_size, Executor** executor) {
+  if (Status s = detail::check_out_params(workspace_size, executor); !s.ok()) {
+    return detail::finish(s);
+  }
+  mpg::detail::TokenPermuteProblem p;
+  if (Status s = detail::make_token_permute_problem(tokens, indices, num_out_tokens, padded_mode,
+                                                    permute_tokens_out, sorted_indices_out, &p);
+      !s.ok()) {
+    return detail::finish(s);
+  }
+  const auto operands = mpg::detail::token_permute_operands(p);
+  return detail::plan(
+      "MoeTokenPermute", mpg::detail::token_permute_scratch_bytes(p.num_ids),
+      {operands.begin(), operands.end()},
+      [p](uint8_t* workspace) {
+        return mpg::detail::execute_token_permute(p, workspace, Options{});
+      },
+      workspace_size, executor);
+}
+
+inline aclnnStatus MoeTokenPermute(void* workspace, uint64_t workspace_size, Executor* executor) {
+  return detail::run("MoeTokenPermute", workspace, workspace_size, executor);
 }
 
 }  // namespace mpg::aclnn

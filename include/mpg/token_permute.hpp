@@ -59,7 +59,7 @@ Status token_permute(typename detail::NonDeduced<ConstMatrixView<T>>::type token
                      IndexView<E> expert_ids, int64_t num_topk, int64_t num_out_tokens,
                      MatrixView<T> permuted_tokens, MutableIndexView<int32_t> sorted_indices,
                      const Options& options = {}) {
-  static_assert(kIsElement<T> || std::is_same_v<T, int8_t>,
+  static_assert(kIsToken<T>,
                 "mpg: token type must be float, Eigen::half, Eigen::bfloat16 or int8_t");
   static_assert(kIsIndex<E>, "mpg: expert ids must be int32_t or int64_t");
   detail::TokenPermuteProblem p;

@@ -2,6 +2,7 @@
 #include "mpg/detail/guard.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -51,11 +52,18 @@ struct TokenPermuteProblem {
   int64_t rows() const { return token_permute_rows(num_out_tokens, num_ids); }
 };
 
+// Both outputs, then the inputs: each output is checked against every other operand.
+inline std::array<Operand, 4> token_permute_operands(const TokenPermuteProblem& p) {
+  return {output("permute_tokens_out", p.permuted, p.elem_size),
+          output("sorted_indices_out", p.sorted_indices, p.num_sorted, sizeof(int32_t)),
+          input("tokens", p.tokens, p.elem_size),
+          input("indices", p.expert_ids, p.num_ids, size_of(p.id_type))};
+}
+
 // Everything knowable without reading expert ids (phase one of the two-phase API).
 inline Status check_token_permute_shapes(const TokenPermuteProblem& p) {
   if (Status s = check_matrix("tokens", p.tokens, p.elem_size); !s.ok()) return s;
   if (Status s = check_matrix("permute_tokens_out", p.permuted, p.elem_size); !s.ok()) return s;
-  const int64_t id_size = size_of(p.id_type);
   if (p.topk < 1) {
     return error(ErrorCode::kInvalidArgument, "num_topk = ", p.topk, " must be >= 1");
   }
@@ -92,28 +100,7 @@ inline Status check_token_permute_shapes(const TokenPermuteProblem& p) {
     return error(ErrorCode::kNullPointer, "sorted_indices_out data is null but it has ",
                  p.num_sorted, " elements");
   }
-  // Both outputs against each other and every input.
-  const ByteRows tokens = byte_rows(p.tokens, p.elem_size);
-  const ByteRows permuted = byte_rows(p.permuted, p.elem_size);
-  const ByteRows ids{reinterpret_cast<uintptr_t>(p.expert_ids), 1, p.num_ids * id_size, 0};
-  const ByteRows sorted{reinterpret_cast<uintptr_t>(p.sorted_indices), 1,
-                        p.num_sorted * int64_t{sizeof(int32_t)}, 0};
-  if (overlaps(permuted, tokens)) {
-    return error(ErrorCode::kOverlap, "permute_tokens_out overlaps tokens in memory");
-  }
-  if (overlaps(permuted, ids)) {
-    return error(ErrorCode::kOverlap, "permute_tokens_out overlaps indices in memory");
-  }
-  if (overlaps(permuted, sorted)) {
-    return error(ErrorCode::kOverlap, "permute_tokens_out overlaps sorted_indices_out in memory");
-  }
-  if (overlaps(sorted, tokens)) {
-    return error(ErrorCode::kOverlap, "sorted_indices_out overlaps tokens in memory");
-  }
-  if (overlaps(sorted, ids)) {
-    return error(ErrorCode::kOverlap, "sorted_indices_out overlaps indices in memory");
-  }
-  return {};
+  return check_no_overlap(token_permute_operands(p));
 }
 
 // The device sorts expert ids as fp32 keys, exact below 2^24; it reserves 2^24 - 1.
@@ -176,8 +163,7 @@ inline Status execute_token_permute(const TokenPermuteProblem& p, uint8_t* scrat
     }
     return {};
   };
-  if (p.id_type == IndexType::kInt64) return run(TypeTag<int64_t>{});
-  return run(TypeTag<int32_t>{});
+  return visit_index_type(AllIndexTypes{}, p.id_type, run);
 }
 
 // The typed API's path: validates and computes with scratch of its own.
