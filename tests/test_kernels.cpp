@@ -1,7 +1,9 @@
-// The SIMD kernels one by one: each ISA's conversion helpers against scalar definitions over
-// every 16-bit pattern and a dense set of float patterns (rounding boundaries, ties, subnormals,
-// overflow, inf, NaN), and each kernel called directly (streaming stores forced on and off) on
-// ragged widths, misaligned bases and row strides, bit for bit against the reference path.
+// The kernel sets one by one, every row of the kernel table (kernel_table.hpp): each set's
+// conversions against scalar definitions over every 16-bit pattern and a dense set of float
+// patterns (rounding boundaries, ties, subnormals, overflow, inf, NaN), and each set's
+// gather-sum called directly (streaming stores forced on and off) over dtypes x index types x
+// modes x orders x weights x ragged widths x K x layouts x threads, bit for bit against the
+// reference path (reference_gather_sum).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -53,8 +55,8 @@ using mpg_test::GuardedMatrix;
   }
   std::mt19937 rng(20261202);
   for (int i = 0; i < 200000; ++i) patterns.push_back(static_cast<uint32_t>(rng()));
-  // Whole vectors only: pad to a multiple of 16 lanes.
-  while (patterns.size() % 16 != 0) patterns.push_back(0);
+  // Not a multiple of any vector width: the partial (masked or buffered) tail is checked too.
+  patterns.push_back(0x00018000);
   return patterns;
 }
 
@@ -70,52 +72,36 @@ T from_bits(uint16_t b) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The vector helpers, wrapped in functions of their own target so the intrinsics inline.
+// The kernel table's rows, by run-time Isa.
 
-#if MPG_HAVE_X86_KERNELS
-namespace avx512 = mpg::detail::avx512;
-namespace avx2 = mpg::detail::avx2;
+// f(Set{}) for the row of isa.
+template <class F>
+void with_kernel_set(Isa isa, F&& f) {
+  const bool found = mpg::detail::find_kernel_set([&](auto set) {
+    if (set.kIsa != isa) return false;
+    f(set);
+    return true;
+  });
+  ASSERT_TRUE(found) << mpg::name_of(isa);
+}
 
-template <class T>
-MPG_TARGET_AVX512 void widen_avx512(const T* in, float* out, size_t n) {
-  for (size_t i = 0; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, avx512::load16(in + i));
-}
-template <class T>
-MPG_TARGET_AVX512 void narrow_avx512(const float* in, T* out, size_t n) {
-  for (size_t i = 0; i + 16 <= n; i += 16) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                        avx512::narrow16<T>(_mm512_loadu_ps(in + i)));
-  }
-}
-template <class T>
-MPG_TARGET_AVX2 void widen_avx2(const T* in, float* out, size_t n) {
-  for (size_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, avx2::load8(in + i));
-}
-template <class T>
-MPG_TARGET_AVX2 void narrow_avx2(const float* in, T* out, size_t n) {
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     avx2::narrow8<T>(_mm256_loadu_ps(in + i)));
-  }
+std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) {
+  return mpg::name_of(info.param);
 }
 
 template <class T>
 void widen(Isa isa, const std::vector<T>& in, std::vector<float>& out) {
   out.assign(in.size(), 0.0f);
-  if (isa == Isa::kAvx512) {
-    widen_avx512(in.data(), out.data(), in.size());
-  } else {
-    widen_avx2(in.data(), out.data(), in.size());
-  }
+  with_kernel_set(isa, [&](auto set) {
+    decltype(set)::template kWiden<T>(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  });
 }
 template <class T>
 void narrow(Isa isa, const std::vector<float>& in, std::vector<T>& out) {
   out.assign(in.size(), T(0.0f));
-  if (isa == Isa::kAvx512) {
-    narrow_avx512(in.data(), out.data(), in.size());
-  } else {
-    narrow_avx2(in.data(), out.data(), in.size());
-  }
+  with_kernel_set(isa, [&](auto set) {
+    decltype(set)::template kNarrow<T>(in.data(), out.data(), static_cast<int64_t>(in.size()));
+  });
 }
 
 class Conversions : public ::testing::TestWithParam<Isa> {
@@ -158,6 +144,7 @@ TEST_P(Conversions, WidenEveryFloat16Pattern) {
 // same sign (bf16 even matches Eigen's quiet NaN exactly).
 template <class T>
 void expect_narrowing_matches_scalar(Isa isa) {
+  if (isa == Isa::kPortable) GTEST_SKIP() << "the portable set narrows with these very conversions";
   const std::vector<uint32_t> patterns = narrowing_patterns();
   std::vector<float> in;
   for (uint32_t b : patterns) in.push_back(float_from_bits(b));
@@ -200,7 +187,6 @@ TEST_P(Conversions, NarrowToBFloat16HandWorked) {
   };
   std::vector<float> in;
   for (const auto& c : cases) in.push_back(float_from_bits(c.first));
-  while (in.size() % 16 != 0) in.push_back(0.0f);
   std::vector<bfloat16> got;
   narrow(GetParam(), in, got);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -208,27 +194,96 @@ TEST_P(Conversions, NarrowToBFloat16HandWorked) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, Conversions, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
-                         [](const auto& info) { return std::string(mpg::name_of(info.param)); });
-#endif  // MPG_HAVE_X86_KERNELS
+INSTANTIATE_TEST_SUITE_P(Table, Conversions, ::testing::ValuesIn(mpg_test::kernel_table_isas()),
+                         isa_param_name);
 
 // ---------------------------------------------------------------------------------------------
 // Whole kernels, called directly so that streaming stores can be forced on small outputs.
 
-template <class T, class I, Mode M>
+using mpg::detail::Order;
+using mpg::detail::WeightsView;
+
+// Per-copy weights [tokens, topk] of one dtype, rows topk + 2 apart (a gap the kernels must
+// skip): random values with about 1/6 zeros (+0 and -0, which drop the copy), 1/24 NaN (kept)
+// and a few subnormals.
+struct RandomWeights {
+  mpg::DType dtype = mpg::DType::kFloat32;
+  int64_t row_stride = 0;
+  std::vector<float> f32;
+  std::vector<half> f16;
+  std::vector<bfloat16> bf16;
+
+  RandomWeights(std::mt19937_64& rng, mpg::DType dtype_, int64_t tokens, int64_t topk)
+      : dtype(dtype_), row_stride(topk + 2) {
+    const auto n = static_cast<size_t>(tokens * row_stride);
+    for (size_t i = 0; i < n; ++i) {
+      const int kind = std::uniform_int_distribution<int>(0, 23)(rng);
+      float v = mpg_test::random_value<float>(rng, mpg_test::Values::kNormal);
+      if (kind < 2) v = 0.0f;
+      if (kind >= 2 && kind < 4) v = -0.0f;
+      if (kind == 4) v = NAN;
+      if (kind == 5) v = 1e-40f;  // a float subnormal; 0 or subnormal after narrowing
+      f32.push_back(v);
+      f16.push_back(half(v));
+      bf16.push_back(bfloat16(v));
+    }
+  }
+  WeightsView view() const {
+    WeightsView w;
+    w.dtype = dtype;
+    w.row_stride = row_stride;
+    w.data = dtype == mpg::DType::kFloat32   ? static_cast<const void*>(f32.data())
+             : dtype == mpg::DType::kFloat16 ? static_cast<const void*>(f16.data())
+                                             : static_cast<const void*>(bf16.data());
+    return w;
+  }
+};
+
+// f(std::integral_constant<Order, O>{}, std::bool_constant<kWeighted>{}) for run-time values.
+template <class F>
+void with_order(Order order, bool weighted, F&& f) {
+  const auto with_weights = [&](auto o) {
+    if (weighted) {
+      f(o, std::true_type{});
+    } else {
+      f(o, std::false_type{});
+    }
+  };
+  if (order == Order::kSequential) {
+    with_weights(std::integral_constant<Order, Order::kSequential>{});
+  } else {
+    with_weights(std::integral_constant<Order, Order::kBinaryBins>{});
+  }
+}
+
+std::string order_name(Order order, bool weighted) {
+  return std::string(order == Order::kSequential ? "sequential" : "binary-bins") +
+         (weighted ? " weighted" : "");
+}
+
+template <class T, class I, Mode M, Order O, bool kWeighted>
 void run_kernel(Isa isa, const GuardedMatrix<T>& grad, const std::vector<I>& indices, int64_t topk,
-                GuardedMatrix<T>& out, bool streaming_stores) {
+                WeightsView weights, GuardedMatrix<T>& out, bool streaming_stores) {
   mpg::detail::GatherSumArgs<T, I> args;
   args.grad = grad.data();
   args.grad_rows = grad.rows();
   args.grad_stride = grad.row_stride();
   args.indices = indices.data();
   args.topk = topk;
+  args.weights = weights;
   args.out = out.data();
   args.out_stride = out.row_stride();
   args.hidden = out.cols();
   args.streaming_stores = streaming_stores;
-  mpg::detail::select_kernel<T, I, M>(isa)(args, 0, out.rows());
+  mpg::detail::select_gather_sum<T, I, M, O, kWeighted>(isa)(args, 0, out.rows());
+}
+
+// The unweighted sequential kernel: what permute_grad runs.
+template <class T, class I, Mode M>
+void run_kernel(Isa isa, const GuardedMatrix<T>& grad, const std::vector<I>& indices, int64_t topk,
+                GuardedMatrix<T>& out, bool streaming_stores) {
+  run_kernel<T, I, M, Order::kSequential, false>(isa, grad, indices, topk, WeightsView{}, out,
+                                                 streaming_stores);
 }
 
 // "" when got has want's bits everywhere, NaN only needing to be NaN: when both operands of an
@@ -253,27 +308,84 @@ struct Layout {
   int64_t padding;  // row stride = hidden + padding
 };
 
-// Random routing and values (specials included) for one shape; the kernel's out must have the
-// reference's bits and leave the guards and row gaps alone.
-template <class T, class I, Mode M>
-void expect_kernel_matches_reference(Isa isa, int64_t tokens, int64_t topk, int64_t experts,
-                                     int64_t hidden, Layout layout, bool streaming,
-                                     std::mt19937_64& rng) {
-  const auto routing = mpg_test::make_routing<I>(rng, M, tokens, topk, experts);
-  GuardedMatrix<T> grad(routing.grad_rows, hidden, hidden + layout.padding, layout.misaligned);
+struct Shape {
+  int64_t tokens;
+  int64_t topk;
+  int64_t hidden;
+  Layout layout;
+};
+
+// One sweep point: random routing and values (specials included), optional random weights of
+// weight_dtype; the kernel's out (or, when num_threads > 0, fast_gather_sum's with that many
+// threads) must have the reference's bits and leave the guards and row gaps alone.
+template <class T, class I, Mode M, Order O, bool kWeighted>
+void expect_matches_reference(Isa isa, Shape shape, mpg::DType weight_dtype, bool streaming,
+                              int num_threads, std::mt19937_64& rng) {
+  const Layout layout = shape.layout;
+  const int64_t stride = shape.hidden + layout.padding;
+  const auto routing = mpg_test::make_routing<I>(rng, M, shape.tokens, shape.topk, shape.topk + 3);
+  GuardedMatrix<T> grad(routing.grad_rows, shape.hidden, stride, layout.misaligned);
   mpg_test::fill_random(grad, rng, mpg_test::Values::kWithSpecials);
-  GuardedMatrix<T> want(tokens, hidden, hidden + layout.padding, layout.misaligned);
-  GuardedMatrix<T> got(tokens, hidden, hidden + layout.padding, layout.misaligned);
-  mpg::detail::reference_permute_grad<T, I, M>(grad.const_view(), routing.sorted_indices, topk,
-                                               want.view());
-  run_kernel<T, I, M>(isa, grad, routing.sorted_indices, topk, got, streaming);
-  const std::string where = std::string(mpg::name_of(M)) + " hidden " + std::to_string(hidden) +
-                            " topk " + std::to_string(topk) +
+  const RandomWeights weights(rng, weight_dtype, shape.tokens, shape.topk);
+  const WeightsView w = kWeighted ? weights.view() : WeightsView{};
+  GuardedMatrix<T> want(shape.tokens, shape.hidden, stride, layout.misaligned);
+  GuardedMatrix<T> got(shape.tokens, shape.hidden, stride, layout.misaligned);
+  mpg::detail::reference_gather_sum<T, I, M, O, kWeighted>(
+      grad.const_view(), routing.sorted_indices, shape.topk, w, want.view());
+  if (num_threads == 0) {
+    run_kernel<T, I, M, O, kWeighted>(isa, grad, routing.sorted_indices, shape.topk, w, got,
+                                      streaming);
+  } else {
+    mpg::Options options;
+    options.isa = isa;
+    options.num_threads = num_threads;
+    mpg::detail::fast_gather_sum<T, I, M, O, kWeighted>(grad.const_view(), routing.sorted_indices,
+                                                        shape.topk, w, got.view(), options);
+  }
+  const std::string where = std::string(mpg::name_of(mpg::dtype_of<T>())) + " " + mpg::name_of(M) +
+                            " " + order_name(O, kWeighted) +
+                            (kWeighted ? std::string(" p ") + mpg::name_of(weight_dtype) : "") +
+                            " tokens " + std::to_string(shape.tokens) + " topk " +
+                            std::to_string(shape.topk) + " hidden " + std::to_string(shape.hidden) +
                             (layout.misaligned ? " misaligned" : " aligned") + " padding " +
-                            std::to_string(layout.padding) + (streaming ? " streaming" : "");
+                            std::to_string(layout.padding) + (streaming ? " streaming" : "") +
+                            " threads " + std::to_string(num_threads);
   ASSERT_EQ(first_difference_nan_as_nan(got, want), "") << where;
   ASSERT_TRUE(got.guards_intact()) << where;
   ASSERT_TRUE(got.row_gaps_untouched()) << where;
+}
+
+constexpr mpg::DType kDTypes[] = {mpg::DType::kFloat32, mpg::DType::kFloat16,
+                                  mpg::DType::kBFloat16};
+
+// Every (T, I, M, order, weighted) combination at one shape: I and M alternate with the dtype so
+// that each appears with every order.
+void sweep_point(Isa isa, Shape shape, bool streaming, int num_threads, std::mt19937_64& rng) {
+  int variant = 0;
+  for (mpg::DType dtype : kDTypes) {
+    mpg_test::with_element_type(dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      for (Order order : {Order::kSequential, Order::kBinaryBins}) {
+        for (bool weighted : {false, true}) {
+          const mpg::DType weight_dtype = kDTypes[(variant + 1) % 3];
+          with_order(order, weighted, [&](auto o, auto wt) {
+            constexpr Order kOrder = decltype(o)::value;
+            constexpr bool kWeighted = decltype(wt)::value;
+            if (variant % 2 == 0) {
+              expect_matches_reference<T, int32_t, Mode::kDropless, kOrder, kWeighted>(
+                  isa, shape, weight_dtype, streaming, num_threads, rng);
+            } else {
+              expect_matches_reference<T, int64_t, Mode::kPadded, kOrder, kWeighted>(
+                  isa, shape, weight_dtype, streaming, num_threads, rng);
+            }
+          });
+          ++variant;
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    });
+    if (::testing::Test::HasFatalFailure()) return;
+  }
 }
 
 class Kernels : public ::testing::TestWithParam<Isa> {
@@ -294,34 +406,40 @@ class Kernels : public ::testing::TestWithParam<Isa> {
   }
 };
 
+// Widths x layouts x streaming, K cycling through the small values whose bin counts differ.
 TEST_P(Kernels, RaggedWidthsLayoutsAndStreamingMatchReference) {
   std::mt19937_64 rng(7);
-  for (mpg::DType dtype : mpg_test::kElementDTypes) {
-    mpg_test::with_element_type(dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (int64_t hidden : widths()) {
-        for (Layout layout : {Layout{false, 0}, Layout{true, 5}}) {
-          for (bool streaming : {false, true}) {
-            SCOPED_TRACE(mpg_test::short_name(dtype));
-            expect_kernel_matches_reference<T, int32_t, Mode::kDropless>(
-                GetParam(), 3, 3, 5, hidden, layout, streaming, rng);
-            expect_kernel_matches_reference<T, int64_t, Mode::kPadded>(GetParam(), 3, 3, 5, hidden,
-                                                                       layout, streaming, rng);
-          }
-        }
+  const int64_t topks[] = {1, 2, 3, 5, 6, 8};
+  int i = 0;
+  for (int64_t hidden : widths()) {
+    for (Layout layout : {Layout{false, 0}, Layout{true, 5}}) {
+      for (bool streaming : {false, true}) {
+        sweep_point(GetParam(), Shape{3, topks[i++ % 6], hidden, layout}, streaming, 0, rng);
+        if (HasFatalFailure()) return;
       }
-    });
+    }
   }
 }
 
-// More copies per token than KeptRows holds inline (32): the heap-backed list.
-TEST_P(Kernels, LargeTopKMatchesReference) {
+// Every K from 1 to 9 and large ones: more copies than TokenPlan holds inline (32), the 64 bins
+// of K >= 128, and K = 130, whose bin 0 collects four copies.
+TEST_P(Kernels, TopKMatchesReference) {
   std::mt19937_64 rng(11);
-  for (int64_t hidden : {1, 17, 130}) {
-    expect_kernel_matches_reference<bfloat16, int32_t, Mode::kDropless>(
-        GetParam(), 4, 40, 48, hidden, Layout{false, 0}, false, rng);
-    expect_kernel_matches_reference<float, int32_t, Mode::kPadded>(GetParam(), 4, 40, 48, hidden,
-                                                                   Layout{true, 3}, true, rng);
+  for (int64_t topk : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 33, 127, 128, 130}) {
+    for (int64_t hidden : {1, 17, 130}) {
+      sweep_point(GetParam(), Shape{4, topk, hidden, Layout{hidden == 17, 3}}, hidden == 130, 0,
+                  rng);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// Through fast_gather_sum: the thread partition never changes the bits.
+TEST_P(Kernels, ThreadCountsMatchReference) {
+  std::mt19937_64 rng(13);
+  for (int threads : {1, 2, 3, 7}) {
+    sweep_point(GetParam(), Shape{37, 6, 300, Layout{false, 0}}, false, threads, rng);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -362,7 +480,175 @@ TEST_P(Kernels, SubnormalSumsAreKept) {
   for (int64_t h = 0; h < hidden; ++h) ASSERT_EQ(bits_of(out.at(0, h)), 0x0002) << h;
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, Kernels, ::testing::Values(Isa::kPortable, Isa::kAvx2, Isa::kAvx512),
-                         [](const auto& info) { return std::string(mpg::name_of(info.param)); });
+// Worked by hand, binary bins with dropped copies, K = 4, all values -0.0: copy 2 (the head of
+// bin 1) dropped, so bin 1 = +0 + x3 = +0 and the result (-0 + -0) + (+0) = +0, where the
+// sequential order over the kept copies would give -0. With copy 2 kept the result is -0.
+TEST_P(Kernels, BinaryBinsStartFromPlusZeroWhenTheHeadIsDropped) {
+  const int64_t hidden = 133;
+  GuardedMatrix<float> grad(4, hidden);
+  for (int64_t r = 0; r < 4; ++r) {
+    for (int64_t h = 0; h < hidden; ++h) grad.at(r, h) = -0.0f;
+  }
+  const std::vector<int32_t> indices = {0, 1, -1, 3, 0, 1, 2, 3};
+  GuardedMatrix<float> out(2, hidden);
+  run_kernel<float, int32_t, Mode::kPadded, Order::kBinaryBins, false>(GetParam(), grad, indices, 4,
+                                                                       WeightsView{}, out, false);
+  for (int64_t h = 0; h < hidden; ++h) {
+    ASSERT_EQ(bits_of(out.at(0, h)), 0x00000000u) << h;
+    ASSERT_EQ(bits_of(out.at(1, h)), 0x80000000u) << h;
+  }
+}
+
+// Worked by hand, weights: a zero weight (+0 or -0) drops a copy whose row holds Inf or NaN, a
+// NaN weight is kept, and the product is rounded to fp32 before it is added (no FMA):
+// x1 * p1 = (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 rounds (tie to even) to 1 + 2^-11, and
+// -(1 + 2^-11) + that = +0 exactly, where a fused multiply-add would give 2^-24.
+TEST_P(Kernels, WeightsHandWorked) {
+  const int64_t hidden = 135;
+  const float a = 1.0f + 0x1p-12f;
+  GuardedMatrix<float> grad(4, hidden);
+  for (int64_t h = 0; h < hidden; ++h) {
+    grad.at(0, h) = -(1.0f + 0x1p-11f);
+    grad.at(1, h) = a;
+    grad.at(2, h) = INFINITY;
+    grad.at(3, h) = NAN;
+  }
+  // K = 4, dropless. p[t] = {1, a, +0, -0}: Inf and NaN rows dropped by their zero weights.
+  // Token 1: {NaN weight on row 1, 1, 0, 0}: NaN. Token 2: {0 (drops row 0), 2, 0, 0}: the sum
+  // starts from +0 (copy 0 dropped) and adds 2a rounded.
+  const std::vector<int32_t> indices = {0, 1, 2, 3, 1, 0, 2, 3, 0, 1, 2, 3};
+  const std::vector<float> p = {1.0f, a,    0.0f, -0.0f, NAN,   1.0f,
+                                0.0f, 0.0f, 0.0f, 2.0f,  -0.0f, 0.0f};
+  WeightsView w;
+  w.data = p.data();
+  w.dtype = mpg::DType::kFloat32;
+  w.row_stride = 4;
+  GuardedMatrix<float> out(3, hidden);
+  run_kernel<float, int32_t, Mode::kDropless, Order::kSequential, true>(GetParam(), grad, indices,
+                                                                        4, w, out, false);
+  for (int64_t h = 0; h < hidden; ++h) {
+    ASSERT_EQ(bits_of(out.at(0, h)), 0x00000000u) << h;
+    ASSERT_TRUE(std::isnan(out.at(1, h))) << h;
+    ASSERT_EQ(out.at(2, h), 2.0f * a) << h;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, Kernels, ::testing::ValuesIn(mpg_test::kernel_table_isas()),
+                         isa_param_name);
+
+// ---------------------------------------------------------------------------------------------
+// The table and the run-time choice, with CPU features masked (MPG_DISABLE_ISAS / the hook).
+
+TEST(KernelTable, BestFirstEndingWithPortable) {
+  const std::vector<Isa> isas = mpg_test::kernel_table_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.back(), Isa::kPortable);
+#if MPG_HAVE_X86_KERNELS
+  EXPECT_EQ(isas, (std::vector<Isa>{Isa::kAvx512, Isa::kAvx2, Isa::kPortable}));
+#endif
+}
+
+TEST(KernelTable, MaskParsesIsaNames) {
+  using mpg::detail::isa_bit;
+  using mpg::detail::isa_mask_from_names;
+  EXPECT_EQ(isa_mask_from_names(nullptr), 0u);
+  EXPECT_EQ(isa_mask_from_names(""), 0u);
+  EXPECT_EQ(isa_mask_from_names("avx512"), isa_bit(Isa::kAvx512));
+  EXPECT_EQ(isa_mask_from_names("avx2,avx512"), isa_bit(Isa::kAvx2) | isa_bit(Isa::kAvx512));
+  EXPECT_EQ(isa_mask_from_names("avx,avx5120,,avx2"), isa_bit(Isa::kAvx2));  // whole names only
+}
+
+// Masking each supported row in turn moves the run-time choice to the next supported row, and
+// the op still gives the reference's bits through it.
+TEST(KernelTable, AutoSkipsMaskedIsas) {
+  const Isa unmasked = mpg::detail::best_isa();
+  const std::vector<Isa> isas = mpg_test::kernel_table_isas();
+  uint32_t mask = 0;
+  for (size_t i = 0; i < isas.size(); ++i) {
+    if (!mpg::detail::cpu_supports(isas[i])) {
+      mask |= mpg::detail::isa_bit(isas[i]);
+      continue;
+    }
+    const mpg_test::ScopedDisabledIsas masked(mask);
+    EXPECT_EQ(mpg::detail::best_isa(), isas[i]) << "mask " << mask;
+    mask |= mpg::detail::isa_bit(isas[i]);
+  }
+  {
+    const mpg_test::ScopedDisabledIsas masked(mask);  // everything but portable masked
+    EXPECT_EQ(mpg::detail::best_isa(), Isa::kPortable);
+    EXPECT_TRUE(mpg::detail::cpu_supports(Isa::kPortable));  // portable cannot be masked
+    std::mt19937_64 rng(17);
+    for (int64_t hidden : {7, 300}) {
+      expect_matches_reference<float, int32_t, Mode::kDropless, Order::kSequential, false>(
+          Isa::kAuto, Shape{5, 3, hidden, Layout{false, 0}}, mpg::DType::kFloat32, false, 1, rng);
+    }
+  }
+  EXPECT_EQ(mpg::detail::best_isa(), unmasked);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The oracle's orders, worked by hand: fp32 values where every other order gives other bits.
+
+// x_k: pseudo-random fp32 values (all 23 mantissa bits, exponents -5..5, alternating signs)
+// for which the sequential and the binary-bins orders give different bits at every K tested.
+float order_value(int64_t k) {
+  const auto mantissa =
+      static_cast<uint32_t>(static_cast<uint64_t>(k + 1) * 3266489917u) & 0x7FFFFF;
+  const float magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) * 0x1p-23f,
+                                     static_cast<int>((k * 7) % 11) - 5);
+  return k % 2 == 0 ? magnitude : -magnitude;
+}
+
+// reference_gather_sum for one token whose K copies are rows 0..K-1 of G (all kept, hidden 1).
+float reference_one_token(int64_t topk, Order order) {
+  GuardedMatrix<float> grad(topk, 1);
+  for (int64_t k = 0; k < topk; ++k) grad.at(k, 0) = order_value(k);
+  std::vector<int32_t> indices(static_cast<size_t>(topk));
+  for (int64_t k = 0; k < topk; ++k) indices[static_cast<size_t>(k)] = static_cast<int32_t>(k);
+  GuardedMatrix<float> out(1, 1);
+  if (order == Order::kSequential) {
+    mpg::detail::reference_gather_sum<float, int32_t, Mode::kDropless, Order::kSequential, false>(
+        grad.const_view(), indices, topk, WeightsView{}, out.view());
+  } else {
+    mpg::detail::reference_gather_sum<float, int32_t, Mode::kDropless, Order::kBinaryBins, false>(
+        grad.const_view(), indices, topk, WeightsView{}, out.view());
+  }
+  return out.at(0, 0);
+}
+
+TEST(ReferenceGatherSum, BinaryBinsWorkedOrders) {
+  float x[130];
+  for (int64_t k = 0; k < 130; ++k) x[k] = order_value(k);
+  struct Case {
+    int64_t topk;
+    float want;
+  };
+  // Bin 0 of K = 130 (B = 64) collects x0, x128, x1, x129; bin b > 0 holds x(2b) + x(2b+1).
+  float bins[64];
+  bins[0] = ((x[0] + x[128]) + x[1]) + x[129];
+  for (int b = 1; b < 64; ++b) bins[b] = x[2 * b] + x[2 * b + 1];
+  for (int s = 1; s < 64; s *= 2) {
+    for (int i = 0; i + s < 64; i += 2 * s) bins[i] = bins[i] + bins[i + s];
+  }
+  const Case cases[] = {
+      {1, x[0]},
+      {2, x[0] + x[1]},
+      {3, (x[0] + x[2]) + x[1]},
+      {4, (x[0] + x[1]) + (x[2] + x[3])},
+      {5, ((x[0] + x[4]) + x[1]) + (x[2] + x[3])},
+      {6, (((x[0] + x[4]) + x[1]) + x[5]) + (x[2] + x[3])},
+      {8, ((x[0] + x[1]) + (x[2] + x[3])) + ((x[4] + x[5]) + (x[6] + x[7]))},
+      {130, bins[0]},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(bits_of(reference_one_token(c.topk, Order::kBinaryBins)), bits_of(c.want))
+        << "K = " << c.topk;
+    // The values tell the orders apart (K >= 3), so the line above can fail.
+    if (c.topk >= 3) {
+      EXPECT_NE(bits_of(reference_one_token(c.topk, Order::kSequential)), bits_of(c.want))
+          << "K = " << c.topk;
+    }
+  }
+}
 
 }  // namespace

@@ -344,6 +344,32 @@ inline bool path_supported(PathCase p) {
     GTEST_SKIP() << "this CPU lacks " << ::mpg::name_of((path_case).isa); \
   }
 
+// The Isa of every row of the kernel table (kernel_table.hpp), best first.
+inline std::vector<mpg::Isa> kernel_table_isas() {
+  std::vector<mpg::Isa> isas;
+  mpg::detail::find_kernel_set([&](auto set) {
+    isas.push_back(set.kIsa);
+    return false;
+  });
+  return isas;
+}
+
+// While alive, the ISAs in mask (mpg::detail::isa_bit) count as absent from the CPU: forcing
+// one is kUnsupportedIsa and the run-time choice skips it. Restores the previous mask.
+class ScopedDisabledIsas {
+ public:
+  explicit ScopedDisabledIsas(uint32_t mask)
+      : saved_(mpg::detail::disabled_isa_mask().load(std::memory_order_relaxed)) {
+    mpg::detail::set_disabled_isas_for_test(mask);
+  }
+  ~ScopedDisabledIsas() { mpg::detail::set_disabled_isas_for_test(saved_); }
+  ScopedDisabledIsas(const ScopedDisabledIsas&) = delete;
+  ScopedDisabledIsas& operator=(const ScopedDisabledIsas&) = delete;
+
+ private:
+  uint32_t saved_;
+};
+
 // The dtype of a run-time parameter as a C++ type: f(TypeTag<T>{}) with mpg's own dispatch.
 template <class F>
 void with_element_type(mpg::DType dtype, F&& f) {

@@ -1,25 +1,46 @@
 #pragma once
 #include "mpg/detail/guard.hpp"
 
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
 #include "mpg/options.hpp"
 
-// The x86 kernels are compiled with per-function target attributes, so they exist in every
-// x86-64 GCC/Clang build, whatever -march says; the CPU is asked at run time which may run.
-// MPG_PORTABLE_ONLY (CMake option of the same name) compiles no SIMD kernel set at all: only
-// the portable one exists, on every CPU.
+// Kernel sets for other ISAs are compiled inside target regions (MPG_BEGIN_TARGET .. END), so
+// they exist in every x86-64 GCC/Clang build, whatever -march says; the CPU is asked at run
+// time which may run. MPG_PORTABLE_ONLY (CMake option of the same name) compiles no SIMD kernel
+// set at all: only the portable one exists, on every CPU.
 #if !defined(MPG_PORTABLE_ONLY) && (defined(__x86_64__) || defined(_M_X64)) && \
     (defined(__GNUC__) || defined(__clang__))
 #define MPG_HAVE_X86_KERNELS 1
 #include <cpuid.h>
-// Function attributes that let one translation unit hold code for several ISAs. Everything the
-// intrinsics are inlined into must carry the same attribute (lambdas do not inherit it).
-#define MPG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
-#define MPG_TARGET_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl")))
+#else
+#define MPG_HAVE_X86_KERNELS 0
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MPG_PRAGMA(tokens) _Pragma(#tokens)
+// Every function defined between MPG_BEGIN_TARGET("avx2,f16c") and MPG_END_TARGET is compiled
+// for those features (templates and member functions included), without an attribute on each.
+#if defined(__clang__)
+#define MPG_BEGIN_TARGET(features) \
+  MPG_PRAGMA(clang attribute push(__attribute__((target(features))), apply_to = function))
+#define MPG_END_TARGET MPG_PRAGMA(clang attribute pop)
+#else
+#define MPG_BEGIN_TARGET(features) MPG_PRAGMA(GCC push_options) MPG_PRAGMA(GCC target(features))
+#define MPG_END_TARGET MPG_PRAGMA(GCC pop_options)
+#endif
+#define MPG_ALWAYS_INLINE __attribute__((always_inline)) inline
 // Fully unrolls a loop over an array of vector accumulators so that they live in registers:
 // GCC at -O2 leaves such a loop rolled and keeps the array on the stack.
 #define MPG_UNROLL _Pragma("GCC unroll 16")
 #else
-#define MPG_HAVE_X86_KERNELS 0
+#define MPG_BEGIN_TARGET(features)
+#define MPG_END_TARGET
+#define MPG_ALWAYS_INLINE inline
+#define MPG_UNROLL
 #endif
 
 namespace mpg::detail {
@@ -48,21 +69,39 @@ inline const CpuFeatures& cpu_features() {
   return features;
 }
 
-inline bool cpu_supports(Isa isa) {
-  switch (isa) {
-    case Isa::kAuto:
-    case Isa::kPortable: return true;
-    case Isa::kAvx2: return cpu_features().avx2;
-    case Isa::kAvx512: return cpu_features().avx512;
+// Test hook, as Highway's SetSupportedTargetsForTest: the ISAs in this mask (bit
+// 1 << int(isa)) are treated as absent from the CPU, so tests exercise kUnsupportedIsa and the
+// run-time choice below the best ISA on any machine. Starts from $MPG_DISABLE_ISAS, a comma
+// separated list of ISA names (e.g. "avx512" or "avx512,avx2"), read once. The portable set
+// cannot be disabled.
+inline uint32_t isa_mask_from_names(const char* names) {
+  uint32_t mask = 0;
+  while (names != nullptr && *names != '\0') {
+    const char* end = names;
+    while (*end != '\0' && *end != ',') ++end;
+    for (int i = 0; i < 32; ++i) {
+      const char* name = name_of(static_cast<Isa>(i));
+      const auto len = static_cast<size_t>(end - names);
+      if (std::strlen(name) == len && std::strncmp(name, names, len) == 0) mask |= 1u << i;
+    }
+    names = *end == ',' ? end + 1 : end;
   }
-  return false;
+  return mask;
 }
-
-// The best kernel set this CPU runs.
-inline Isa best_isa() {
-  if (cpu_supports(Isa::kAvx512)) return Isa::kAvx512;
-  if (cpu_supports(Isa::kAvx2)) return Isa::kAvx2;
-  return Isa::kPortable;
+inline std::atomic<uint32_t>& disabled_isa_mask() {
+  static std::atomic<uint32_t> mask{isa_mask_from_names(std::getenv("MPG_DISABLE_ISAS"))};
+  return mask;
+}
+inline bool isa_disabled(Isa isa) {
+  return isa != Isa::kPortable &&
+         (disabled_isa_mask().load(std::memory_order_relaxed) >> static_cast<int>(isa) & 1u) != 0;
+}
+// Sets the mask (tests only; not thread-safe against concurrent calls that pick an ISA).
+inline void set_disabled_isas_for_test(uint32_t mask) {
+  disabled_isa_mask().store(mask, std::memory_order_relaxed);
+}
+inline constexpr uint32_t isa_bit(Isa isa) {
+  return 1u << static_cast<int>(isa);
 }
 
 }  // namespace mpg::detail

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "mpg/detail/cpu.hpp"
 #include "mpg/detail/dispatch.hpp"
 #include "mpg/detail/fast.hpp"
+#include "mpg/detail/kernel_table.hpp"
 #include "mpg/detail/problem.hpp"
 #include "mpg/detail/reference.hpp"
 #include "mpg/detail/validate.hpp"
@@ -25,8 +25,7 @@ inline Status check_options(const Options& options) {
     return error(ErrorCode::kInvalidArgument, "options.path = ", static_cast<int>(options.path),
                  " is not a Path value");
   }
-  if (options.isa != Isa::kAuto && options.isa != Isa::kPortable && options.isa != Isa::kAvx2 &&
-      options.isa != Isa::kAvx512) {
+  if (!is_isa_value(options.isa)) {
     return error(ErrorCode::kInvalidArgument, "options.isa = ", static_cast<int>(options.isa),
                  " is not an Isa value");
   }
@@ -48,9 +47,11 @@ inline Status execute(const Problem& p, uint8_t* scratch, const Options& options
     const IndexView<I> indices = index_view<I>(p);
     if (Status s = check_indices(indices, kMode, p.grad.rows, scratch); !s.ok()) return s;
     if (options.path == Path::kReference) {
-      reference_permute_grad<T, I, kMode>(grad_view<T>(p), indices, p.topk, out_view<T>(p));
+      reference_gather_sum<T, I, kMode, Order::kSequential, false>(grad_view<T>(p), indices, p.topk,
+                                                                   WeightsView{}, out_view<T>(p));
     } else {
-      fast_permute_grad<T, I, kMode>(grad_view<T>(p), indices, p.topk, out_view<T>(p), options);
+      fast_gather_sum<T, I, kMode, Order::kSequential, false>(
+          grad_view<T>(p), indices, p.topk, WeightsView{}, out_view<T>(p), options);
     }
     return {};
   });

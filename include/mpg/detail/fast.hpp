@@ -5,12 +5,9 @@
 #include <cstdint>
 #include <functional>
 
-#include "mpg/detail/cpu.hpp"
 #include "mpg/detail/fp_env.hpp"
-#include "mpg/detail/kernel_args.hpp"
-#include "mpg/detail/kernel_avx2.hpp"
-#include "mpg/detail/kernel_avx512.hpp"
-#include "mpg/detail/kernel_portable.hpp"
+#include "mpg/detail/gather_sum.hpp"
+#include "mpg/detail/kernel_table.hpp"
 #include "mpg/detail/parallel.hpp"
 #include "mpg/options.hpp"
 #include "mpg/types.hpp"
@@ -27,59 +24,23 @@ inline constexpr int64_t kTasksPerThread = 16;
 // Outputs at least this large bypass the cache on store (they are not read back by this call).
 inline constexpr int64_t kStreamingStoreBytes = int64_t{8} << 20;
 
-// The one ISA dispatch point. isa is resolved (not kAuto) and supported by this CPU: execute.hpp
-// rejects a forced ISA the CPU lacks before anything runs.
-template <class T, class I, Mode M>
-GatherSumKernel<T, I> select_kernel(Isa isa) {
-  switch (isa) {
-#if MPG_HAVE_X86_KERNELS
-    case Isa::kAvx512: return &avx512::gather_sum<T, I, M>;
-    case Isa::kAvx2: return &avx2::gather_sum<T, I, M>;
-#else
-    case Isa::kAvx512:
-    case Isa::kAvx2:
-#endif
-    case Isa::kAuto:
-    case Isa::kPortable: break;
-  }
-  return &portable::gather_sum<T, I, M>;
-}
-
-inline Isa resolve_isa(Isa requested) {
-  return requested == Isa::kAuto ? best_isa() : requested;
-}
-
-// SIMD kernels over a deterministic partition: each out row is computed by one thread, in
-// ascending k, so the bits do not depend on the number of threads or who ran which chunk.
-template <class T, class I, Mode M>
-void fast_permute_grad(ConstMatrixView<T> grad, IndexView<I> indices, int64_t num_topk,
-                       MatrixView<T> out, const Options& options) {
-  const int64_t num_tokens = out.rows;
-  if (num_tokens == 0 || out.cols == 0) return;
-  GatherSumArgs<T, I> args;
-  args.grad = grad.data;
-  args.grad_rows = grad.rows;
-  args.grad_stride = grad.row_stride;
-  args.indices = indices.data;
-  args.topk = num_topk;
-  args.out = out.data;
-  args.out_stride = out.row_stride;
-  args.hidden = out.cols;
-  const int64_t out_bytes = num_tokens * out.cols * static_cast<int64_t>(sizeof(T));
-  args.streaming_stores = out_bytes >= kStreamingStoreBytes;
-  const GatherSumKernel<T, I> kernel = select_kernel<T, I, M>(resolve_isa(options.isa));
-
-  // An explicit thread count is obeyed (capped at one token per thread); the default is capped
-  // further so that each thread gets enough bytes (upper bound: every copy kept) to pay its way.
+// Runs fn(begin, end) over a deterministic partition of [0, num_tokens) into contiguous chunks,
+// on options' threads (or its parallel_for hook), each chunk under the IEEE FP environment
+// (MXCSR is per thread). bytes_moved (an upper bound of the bytes the op reads and writes)
+// caps the default thread count so that each thread pays its way; an explicit count is obeyed,
+// capped at one token per thread. Every token is computed by exactly one call of fn, so results
+// cannot depend on the thread count as long as fn's result per token does not.
+template <class Fn>
+void run_tokens(int64_t num_tokens, int64_t bytes_moved, const Options& options, Fn&& fn) {
+  if (num_tokens <= 0) return;
   int64_t threads = options.num_threads;
   if (threads == 0) {
-    threads =
-        std::min<int64_t>(default_num_threads(), out_bytes * (num_topk + 1) / kMinBytesPerThread);
+    threads = std::min<int64_t>(default_num_threads(), bytes_moved / kMinBytesPerThread);
   }
   threads = std::clamp<int64_t>(threads, 1, num_tokens);
   if (threads == 1 && !options.parallel_for) {
     const ScopedIeeeFpEnv ieee;
-    kernel(args, 0, num_tokens);
+    fn(int64_t{0}, num_tokens);
     return;
   }
   const int64_t max_tasks = std::min(num_tokens, threads * kTasksPerThread);
@@ -88,13 +49,40 @@ void fast_permute_grad(ConstMatrixView<T> grad, IndexView<I> indices, int64_t nu
   const std::function<void(int64_t)> task = [&](int64_t i) {
     const ScopedIeeeFpEnv ieee;  // per thread: MXCSR is thread state
     const int64_t begin = i * tokens_per_task;
-    kernel(args, begin, std::min(num_tokens, begin + tokens_per_task));
+    fn(begin, std::min(num_tokens, begin + tokens_per_task));
   };
   if (options.parallel_for) {
     options.parallel_for(num_tasks, task);
   } else {
     ThreadPool::instance().run(static_cast<int>(threads), num_tasks, task);
   }
+}
+
+// The fast path of every gather-and-sum op: out[t] for t < out.rows from the kept (and, when
+// kWeighted, nonzero-weight) rows of grad named by indices[t * topk ..], summed in order O,
+// through the kernel set options.isa names (kAuto: the best this CPU runs). Inputs validated.
+// Bit for bit equal to reference_gather_sum on every kernel set and thread count.
+template <class T, class I, Mode M, Order O, bool kWeighted>
+void fast_gather_sum(ConstMatrixView<T> grad, IndexView<I> indices, int64_t topk, WeightsView w,
+                     MatrixView<T> out, const Options& options) {
+  const int64_t num_tokens = out.rows;
+  if (num_tokens == 0 || out.cols == 0) return;
+  GatherSumArgs<T, I> args;
+  args.grad = grad.data;
+  args.grad_rows = grad.rows;
+  args.grad_stride = grad.row_stride;
+  args.indices = indices.data;
+  args.topk = topk;
+  args.weights = w;
+  args.out = out.data;
+  args.out_stride = out.row_stride;
+  args.hidden = out.cols;
+  const int64_t out_bytes = num_tokens * out.cols * static_cast<int64_t>(sizeof(T));
+  args.streaming_stores = out_bytes >= kStreamingStoreBytes;
+  const GatherSumKernel<T, I> kernel =
+      select_gather_sum<T, I, M, O, kWeighted>(resolve_isa(options.isa));
+  run_tokens(num_tokens, out_bytes * (topk + 1), options,
+             [&](int64_t begin, int64_t end) { kernel(args, begin, end); });
 }
 
 }  // namespace mpg::detail

@@ -3,48 +3,64 @@
 
 #include <cstdint>
 
-#include "mpg/detail/kernel_args.hpp"
-#include "mpg/detail/mode.hpp"
+#include "mpg/detail/cpu.hpp"
+#include "mpg/detail/gather_sum.hpp"
+#include "mpg/types.hpp"
+
+// The portable kernel set, for any CPU and the last fallback of the run-time choice: scalar
+// traits (one fp32 lane), conversions through Eigen's scalar constructors (exact, RNE, keep
+// subnormals). Same walk and microkernel as every other set (kernel_body.hpp), no target region.
 
 namespace mpg::detail::portable {
 
-// Columns per block: the fp32 accumulators of one block stay in L1 while all K rows are added.
-inline constexpr int64_t kBlock = 256;
+struct Target {
+  static constexpr Isa kIsa = Isa::kPortable;
+  static bool supported() { return true; }
+};
 
-// out[h] for h in [h_begin, h_end) from the kept rows of one token (see KeptRows). Also the scalar
-// tail of the AVX2 kernel, so both narrow through the same (Eigen, exactly rounding) scalar
-// conversions.
-template <class T>
-void sum_columns(const T* const* rows, int64_t num_rows, bool assign_first, T* out, int64_t h_begin,
-                 int64_t h_end) {
-  float acc[kBlock];
-  for (int64_t h0 = h_begin; h0 < h_end; h0 += kBlock) {
-    const int64_t n = h_end - h0 < kBlock ? h_end - h0 : kBlock;
-    int64_t k = 0;
-    if (assign_first) {
-      // Copy 0 is assigned, not added to +0, so a lone -0.0 survives.
-      for (int64_t h = 0; h < n; ++h) acc[h] = static_cast<float>(rows[0][h0 + h]);
-      k = 1;
-    } else {
-      for (int64_t h = 0; h < n; ++h) acc[h] = 0.0f;
-    }
-    for (; k < num_rows; ++k) {
-      const T* g = rows[k] + h0;
-      for (int64_t h = 0; h < n; ++h) acc[h] += static_cast<float>(g[h]);
-    }
-    for (int64_t h = 0; h < n; ++h) out[h0 + h] = static_cast<T>(acc[h]);
-  }
-}
+struct Vec {
+  using F = float;
+  static constexpr int64_t kLanes = 1;
+  // 32 columns per block: whole cache lines of any T; the compiler keeps what fits in registers.
+  static constexpr int kBlockVectors = 32;
 
-// Plain C++ for any CPU: the last fallback of the ISA dispatch.
-template <class T, class I, Mode M>
-void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token_end) {
-  KeptRows<T> kept(a.topk);
-  for (int64_t t = token_begin; t < token_end; ++t) {
-    kept.template gather<M>(a, t);
-    sum_columns(kept.rows(), kept.count(), kept.assigns_first(), a.out + t * a.out_stride, 0,
-                a.hidden);
+  static F zero() { return 0.0f; }
+  static F set1(float x) { return x; }
+  static F add(F a, F b) { return a + b; }
+  static F mul(F a, F b) { return product_fp32(a, b); }
+  template <class T>
+  static F load(const T* p) {
+    return static_cast<float>(*p);
   }
-}
+  template <class T>
+  static F load_partial(const T* p, int64_t /*n*/) {
+    return load(p);
+  }
+  template <class T>
+  static void store(T* p, F v) {
+    *p = static_cast<T>(v);
+  }
+  template <class T>
+  static void store_partial(T* p, F v, int64_t /*n*/) {
+    store(p, v);
+  }
+  template <class T>
+  static void stream_line(T* p, const F* v) {
+    for (int64_t i = 0; i < kLineBytes / static_cast<int64_t>(sizeof(T)); ++i) store(p + i, v[i]);
+  }
+  static void prefetch(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+  }
+  static void fence() {}
+  static constexpr int64_t kLineBytes = 64;
+};
 
 }  // namespace mpg::detail::portable
+
+#define MPG_KERNEL_NAMESPACE portable
+#include "mpg/detail/kernel_body.hpp"
+#undef MPG_KERNEL_NAMESPACE

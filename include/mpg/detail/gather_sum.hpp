@@ -1,0 +1,168 @@
+#pragma once
+#include "mpg/detail/guard.hpp"
+
+#include <cstdint>
+#include <vector>
+
+#include "mpg/detail/mode.hpp"
+#include "mpg/types.hpp"
+
+// The one computation behind every gather-and-sum op: out[t] = a fixed-order fp32 sum of the
+// kept rows of G named by S[t*K .. t*K+K), optionally each multiplied by a per-copy weight,
+// narrowed with RNE. The reduction order and the weights are compile-time parameters of the same
+// walk and microkernel (kernel_body.hpp); this header holds what is independent of the ISA.
+
+namespace mpg::detail {
+
+// The order in which a token's K copies are summed (both in fp32, one IEEE add at a time).
+enum class Order {
+  kSequential,  // acc = kept(0) ? x0 : +0.0, then acc + x_k for k = 1..K-1 where kept
+  kBinaryBins,  // B bins filled in the interleaved order below, then a perfect binary tree
+};
+
+// Per-copy weights p[t][k] for num_tokens x topk copies; element (t, k) is at
+// data + (t * row_stride + k) * size_of(dtype). Independent of the token dtype.
+struct WeightsView {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  int64_t row_stride = 0;  // elements
+};
+
+// Number of bins of the binary-bins order for K copies:
+// K >= 128 ? 64 : 2^max(0, floor(log2 K) - 1). Always a power of two with 2 * (B - 1) < K.
+constexpr int64_t binary_bins_count(int64_t topk) {
+  if (topk >= 128) return 64;
+  int64_t pow2 = 1;  // largest power of two <= topk
+  while (pow2 * 2 <= topk) pow2 *= 2;
+  return pow2 >= 2 ? pow2 / 2 : 1;
+}
+inline constexpr int64_t kMaxBins = 64;
+
+// a * b rounded to fp32, as an operand the compiler cannot fuse into a following add: GCC
+// contracts x * p + acc into an FMA under -ffp-contract=fast (its default in GNU modes) whenever
+// the target has FMA, which would skip the product's rounding. The empty asm makes the product
+// opaque; it costs no instruction.
+inline float product_fp32(float a, float b) {
+  float p = a * b;
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(p));
+#elif (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+  asm("" : "+w"(p));
+#else
+  volatile float opaque = p;  // no register constraint known here: go through memory
+  p = opaque;
+#endif
+  return p;
+}
+
+// The weight of copy k of token t, widened to fp32 exactly.
+inline float weight_at(const WeightsView& w, int64_t token, int64_t k) {
+  const int64_t i = token * w.row_stride + k;
+  switch (w.dtype) {
+    case DType::kFloat16: return static_cast<float>(static_cast<const half*>(w.data)[i]);
+    case DType::kBFloat16: return static_cast<float>(static_cast<const bfloat16*>(w.data)[i]);
+    case DType::kFloat32: break;
+  }
+  return static_cast<const float*>(w.data)[i];
+}
+
+// What every fast kernel needs for a range of tokens. Inputs are validated; offsets are int64.
+template <class T, class I>
+struct GatherSumArgs {
+  const T* grad = nullptr;
+  int64_t grad_rows = 0;
+  int64_t grad_stride = 0;  // elements
+  const I* indices = nullptr;
+  int64_t topk = 0;
+  WeightsView weights;  // read only by the weighted instantiations
+  T* out = nullptr;
+  int64_t out_stride = 0;  // elements
+  int64_t hidden = 0;
+  // The output is large enough that caching it only evicts the gradient rows still to be read.
+  bool streaming_stores = false;
+};
+
+// Signature shared by every kernel set's entry points: compute out rows [token_begin, token_end).
+template <class T, class I>
+using GatherSumKernel = void (*)(const GatherSumArgs<T, I>& args, int64_t token_begin,
+                                 int64_t token_end);
+
+// One token's kept copies as groups of rows to sum, each group one sequential sum:
+//   kSequential: one group, the kept copies in ascending k;
+//   kBinaryBins: group b = bin b = copies 2b, 2b + 2B, 2b + 4B, ... then 2b + 1, 2b + 1 + 2B, ...
+//                (the bin's evens then its odds, as the order fills them), kept ones only.
+// A group whose leading copy (k = 0, or 2b) is kept starts from that term; otherwise it starts
+// from +0.0, which matters for a lone -0.0 (+0 + -0 = +0): assigns(g) tells which.
+// Gathered once per token, so the column-block loops neither re-read S nor branch on drops.
+template <class T>
+class TokenPlan {
+ public:
+  explicit TokenPlan(int64_t topk) {
+    if (topk > kInline) {
+      rows_heap_.resize(static_cast<size_t>(topk));
+      weights_heap_.resize(static_cast<size_t>(topk));
+    }
+    rows_ = topk > kInline ? rows_heap_.data() : rows_inline_;
+    weights_ = topk > kInline ? weights_heap_.data() : weights_inline_;
+  }
+  TokenPlan(const TokenPlan&) = delete;
+  TokenPlan& operator=(const TokenPlan&) = delete;
+
+  template <Mode M, Order O, bool kWeighted, class I>
+  void gather(const GatherSumArgs<T, I>& a, int64_t token) {
+    const I* s = a.indices + token * a.topk;
+    count_ = 0;
+    const auto add_if_kept = [&](int64_t k) {
+      if (!ModeTraits<M>::kept(s[k], a.grad_rows)) return false;
+      float w = 1.0f;
+      if constexpr (kWeighted) {
+        w = weight_at(a.weights, token, k);
+        if (w == 0.0f) return false;  // +0 and -0 drop the copy; NaN != 0 keeps it
+      }
+      rows_[count_] = a.grad + static_cast<int64_t>(s[k]) * a.grad_stride;
+      weights_[count_] = w;
+      ++count_;
+      return true;
+    };
+    if constexpr (O == Order::kSequential) {
+      num_groups_ = 1;
+      group_begin_[0] = 0;
+      assigns_[0] = add_if_kept(0);
+      for (int64_t k = 1; k < a.topk; ++k) add_if_kept(k);
+    } else {
+      const int64_t bins = binary_bins_count(a.topk);
+      num_groups_ = bins;
+      for (int64_t b = 0; b < bins; ++b) {
+        group_begin_[b] = count_;
+        assigns_[b] = add_if_kept(2 * b);
+        for (int64_t j = 2 * b + 2 * bins; j < a.topk; j += 2 * bins) add_if_kept(j);
+        for (int64_t j = 2 * b + 1; j < a.topk; j += 2 * bins) add_if_kept(j);
+      }
+    }
+    group_begin_[num_groups_] = count_;
+  }
+
+  const T* const* rows() const { return rows_; }
+  const float* weights() const { return weights_; }  // 1.0f unless weighted
+  int64_t count() const { return count_; }
+  int64_t num_groups() const { return num_groups_; }
+  int64_t group_begin(int64_t g) const { return group_begin_[g]; }
+  int64_t group_end(int64_t g) const { return group_begin_[g + 1]; }
+  // Whether rows()[group_begin(g)] is the group's leading copy and so starts the sum.
+  bool assigns(int64_t g) const { return assigns_[g]; }
+
+ private:
+  static constexpr int64_t kInline = 32;  // top-k beyond this is rare; it costs one allocation
+  const T* rows_inline_[kInline];
+  float weights_inline_[kInline];
+  std::vector<const T*> rows_heap_;
+  std::vector<float> weights_heap_;
+  const T** rows_ = nullptr;
+  float* weights_ = nullptr;
+  int64_t count_ = 0;
+  int64_t num_groups_ = 0;
+  int64_t group_begin_[kMaxBins + 1] = {};
+  bool assigns_[kMaxBins] = {};
+};
+
+}  // namespace mpg::detail

@@ -1,0 +1,214 @@
+// The walk over tokens and the microkernel, written once over a vector-traits type `Vec`.
+// Deliberately NO include guard: each kernel set's file (kernel_avx512.hpp, kernel_avx2.hpp,
+// kernel_portable.hpp, ...) includes it once, inside its own namespace MPG_KERNEL_NAMESPACE and
+// its own target region (MPG_BEGIN_TARGET), so every function here is compiled for that ISA and
+// the traits' intrinsics inline into it (a template defined outside the region could not inline
+// them: GCC and clang refuse target-specific always_inline callees). Highway does the same.
+// Everything this file needs is included by gather_sum.hpp before the region opens.
+//
+// Vec provides (F = the fp32 vector type, kLanes lanes, kBlockVectors accumulators per block):
+//   zero(), set1(float), add(F, F), mul(F, F) (rounded product the compiler cannot contract),
+//   load<T>(p), load_partial<T>(p, n), store<T>(p, v), store_partial<T>(p, v, n),
+//   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), prefetch(p), fence().
+// load_partial/store_partial touch only the n < kLanes elements at p.
+
+#ifndef MPG_KERNEL_NAMESPACE
+#error "kernel_body.hpp is included by a kernel set's file, with MPG_KERNEL_NAMESPACE defined"
+#endif
+
+namespace mpg::detail::MPG_KERNEL_NAMESPACE {
+
+// How far ahead, within each gathered row, the next lines are prefetched. The hardware
+// prefetcher loses every row start (rows are gathered, not consecutive); 2 KiB ahead covers DRAM
+// latency at this op's per-row consumption rate. It deliberately runs past the end of a row: in
+// an expert-sorted G the next row in memory is the same expert's next token, read soon after
+// (measured on bf16 4096x8x4096, 1 thread: 0.78 of a sequential read with the run-past, 0.63
+// when stopped at the row end; see kernel_table.hpp for the measurement notes).
+inline constexpr int64_t kPrefetchBytes = 2048;
+inline constexpr int64_t kLineBytes = 64;
+
+// One term of the sum: kVectors vectors (or, in the tail, one vector of n < kLanes) of a row,
+// widened to fp32 and, when weighted, multiplied by the copy's weight (product rounded to fp32).
+template <class T, bool kPartial, bool kWeighted>
+MPG_ALWAYS_INLINE typename Vec::F load_term(const T* p, float w, int64_t n) {
+  typename Vec::F x;
+  if constexpr (kPartial) {
+    x = Vec::template load_partial<T>(p, n);
+  } else {
+    (void)n;
+    x = Vec::template load<T>(p);
+  }
+  if constexpr (kWeighted) {
+    x = Vec::mul(x, Vec::set1(w));
+  } else {
+    (void)w;
+  }
+  return x;
+}
+
+// Prefetches the kBlockBytes of a row that lie kPrefetchBytes past row (one per line).
+template <int64_t kBlockBytes>
+MPG_ALWAYS_INLINE void prefetch_ahead(const void* row) {
+  if constexpr (kBlockBytes >= kLineBytes) {
+    const char* ahead = static_cast<const char*>(row) + kPrefetchBytes;
+    MPG_UNROLL
+    for (int64_t b = 0; b < kBlockBytes; b += kLineBytes) Vec::prefetch(ahead + b);
+  } else {
+    (void)row;
+  }
+}
+
+// Sums group g of the token's plan (one sequential sum, the contract's assign-first / +0.0 rule) over
+// columns [h0, h0 + kVectors * kLanes) into acc. This is the only place that rule exists.
+template <class T, int kVectors, bool kPartial, bool kWeighted>
+MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0, int64_t n,
+                                 typename Vec::F* acc) {
+  constexpr int64_t kLanes = Vec::kLanes;
+  constexpr int64_t kBlockBytes = kVectors * kLanes * static_cast<int64_t>(sizeof(T));
+  const T* const* rows = plan.rows();
+  const float* weights = plan.weights();
+  int64_t k = plan.group_begin(g);
+  const int64_t end = plan.group_end(g);
+  if (plan.assigns(g)) {
+    const T* row = rows[k] + h0;
+    MPG_UNROLL
+    for (int v = 0; v < kVectors; ++v) {
+      acc[v] = load_term<T, kPartial, kWeighted>(row + v * kLanes, weights[k], n);
+    }
+    if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row);
+    ++k;
+  } else {
+    MPG_UNROLL
+    for (int v = 0; v < kVectors; ++v) acc[v] = Vec::zero();
+  }
+  for (; k < end; ++k) {
+    const T* row = rows[k] + h0;
+    MPG_UNROLL
+    for (int v = 0; v < kVectors; ++v) {
+      acc[v] = Vec::add(acc[v], load_term<T, kPartial, kWeighted>(row + v * kLanes, weights[k], n));
+    }
+    if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row);
+  }
+}
+
+// The microkernel: columns [h0, h0 + kVectors * kLanes) of one out row, in fp32, in the order O.
+// Binary bins: the bins are summed one after another and combined as a perfect binary tree
+// (bin[i] = bin[i] + bin[i + s] for s = 1, 2, 4, ...) evaluated depth-first with a small stack
+// in L1: after bin b, as many merges as b has trailing one bits, always left + right.
+template <class T, Order O, int kVectors, bool kPartial, bool kWeighted>
+MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n,
+                                 typename Vec::F* acc) {
+  if constexpr (O == Order::kSequential) {
+    sum_group<T, kVectors, kPartial, kWeighted>(plan, 0, h0, n, acc);
+  } else {
+    typename Vec::F stack[7][kVectors];  // log2(kMaxBins) + 1 pending subtrees
+    int depth = 0;
+    const int64_t bins = plan.num_groups();
+    for (int64_t b = 0; b < bins; ++b) {
+      sum_group<T, kVectors, kPartial, kWeighted>(plan, b, h0, n, acc);
+      for (int64_t m = b; (m & 1) != 0; m >>= 1) {
+        --depth;
+        MPG_UNROLL
+        for (int v = 0; v < kVectors; ++v) acc[v] = Vec::add(stack[depth][v], acc[v]);
+      }
+      if (b + 1 < bins) {
+        MPG_UNROLL
+        for (int v = 0; v < kVectors; ++v) stack[depth][v] = acc[v];
+        ++depth;
+      }
+    }
+  }
+}
+
+// The walk: out rows [token_begin, token_end). Per token the plan is gathered once, then the
+// row is produced in blocks of kBlockVectors vectors, then single vectors, then one partial
+// vector. Streaming stores only on rows whose start is line-aligned (so every line of a block
+// is whole), fenced at the end: they are weakly ordered, and the caller or the thread pool's
+// hand-back reads out next.
+template <class T, class I, Mode M, Order O, bool kWeighted>
+void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token_end) {
+  using F = typename Vec::F;
+  constexpr int64_t kLanes = Vec::kLanes;
+  constexpr int kBlockVectors = Vec::kBlockVectors;
+  constexpr int64_t kBlockColumns = kBlockVectors * kLanes;
+  constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
+  static_assert(kBlockColumns % kLineColumns == 0, "a block is whole cache lines of T");
+  const int64_t block_end = a.hidden - a.hidden % kBlockColumns;
+  const int64_t vector_end = a.hidden - a.hidden % kLanes;
+  TokenPlan<T> plan(a.topk);
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    plan.template gather<M, O, kWeighted>(a, t);
+    T* out = a.out + t * a.out_stride;
+    const bool stream = a.streaming_stores && reinterpret_cast<uintptr_t>(out) % kLineBytes == 0;
+    int64_t h0 = 0;
+    for (; h0 < block_end; h0 += kBlockColumns) {
+      F acc[kBlockVectors];
+      sum_block<T, O, kBlockVectors, false, kWeighted>(plan, h0, 0, acc);
+      if (stream) {
+        MPG_UNROLL
+        for (int v = 0; v < kBlockVectors; v += kVectorsPerLine) {
+          Vec::template stream_line<T>(out + h0 + v * kLanes, acc + v);
+        }
+      } else {
+        MPG_UNROLL
+        for (int v = 0; v < kBlockVectors; ++v)
+          Vec::template store<T>(out + h0 + v * kLanes, acc[v]);
+      }
+    }
+    for (; h0 < vector_end; h0 += kLanes) {
+      F acc[1];
+      sum_block<T, O, 1, false, kWeighted>(plan, h0, 0, acc);
+      Vec::template store<T>(out + h0, acc[0]);
+    }
+    if constexpr (kLanes > 1) {
+      if (h0 < a.hidden) {
+        F acc[1];
+        sum_block<T, O, 1, true, kWeighted>(plan, h0, a.hidden - h0, acc);
+        Vec::template store_partial<T>(out + h0, acc[0], a.hidden - h0);
+      }
+    }
+  }
+  if (a.streaming_stores) Vec::fence();
+}
+
+// Whole arrays through the traits' conversions (n elements, any n): for the conversion tests.
+template <class T>
+void widen(const T* in, float* out, int64_t n) {
+  constexpr int64_t kLanes = Vec::kLanes;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    Vec::template store<float>(out + i, Vec::template load<T>(in + i));
+  if constexpr (kLanes > 1) {
+    if (i < n) {
+      Vec::template store_partial<float>(out + i, Vec::template load_partial<T>(in + i, n - i),
+                                         n - i);
+    }
+  }
+}
+template <class T>
+void narrow(const float* in, T* out, int64_t n) {
+  constexpr int64_t kLanes = Vec::kLanes;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    Vec::template store<T>(out + i, Vec::template load<float>(in + i));
+  if constexpr (kLanes > 1) {
+    if (i < n) {
+      Vec::template store_partial<T>(out + i, Vec::template load_partial<float>(in + i, n - i),
+                                     n - i);
+    }
+  }
+}
+
+// This kernel set's entry points, for the table in kernel_table.hpp.
+struct Kernels : Target {
+  using Traits = Vec;
+  template <class T, class I, Mode M, Order O, bool kWeighted>
+  static constexpr GatherSumKernel<T, I> kGatherSum = &gather_sum<T, I, M, O, kWeighted>;
+  template <class T>
+  static constexpr void (*kWiden)(const T*, float*, int64_t) = &widen<T>;
+  template <class T>
+  static constexpr void (*kNarrow)(const float*, T*, int64_t) = &narrow<T>;
+};
+
+}  // namespace mpg::detail::MPG_KERNEL_NAMESPACE
