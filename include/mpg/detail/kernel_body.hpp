@@ -9,7 +9,8 @@
 // Vec provides (F = the fp32 vector type, kLanes lanes, kBlockVectors accumulators per block):
 //   zero(), set1(float), add(F, F), mul(F, F) (rounded product the compiler cannot contract),
 //   load<T>(p), load_partial<T>(p, n), store<T>(p, v), store_partial<T>(p, v, n),
-//   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), prefetch(p), fence().
+//   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), prefetch(p), fence(),
+//   and kPrefetchBytes, the in-row prefetch distance.
 // load_partial/store_partial touch only the n < kLanes elements at p.
 
 #ifndef MPG_KERNEL_NAMESPACE
@@ -18,13 +19,6 @@
 
 namespace mpg::detail::MPG_KERNEL_NAMESPACE {
 
-// How far ahead, within each gathered row, the next lines are prefetched. The hardware
-// prefetcher loses every row start (rows are gathered, not consecutive); 2 KiB ahead covers DRAM
-// latency at this op's per-row consumption rate. It deliberately runs past the end of a row: in
-// an expert-sorted G the next row in memory is the same expert's next token, read soon after
-// (measured on bf16 4096x8x4096, 1 thread: 0.78 of a sequential read with the run-past, 0.63
-// when stopped at the row end; see kernel_table.hpp for the measurement notes).
-inline constexpr int64_t kPrefetchBytes = 2048;
 inline constexpr int64_t kLineBytes = 64;
 
 // One term of the sum: kVectors vectors (or, in the tail, one vector of n < kLanes) of a row,
@@ -46,11 +40,14 @@ MPG_ALWAYS_INLINE typename Vec::F load_term(const T* p, float w, int64_t n) {
   return x;
 }
 
-// Prefetches the kBlockBytes of a row that lie kPrefetchBytes past row (one per line).
+// Prefetches the kBlockBytes of a row that lie Vec::kPrefetchBytes past row, one per line. The
+// hardware prefetcher loses every row start (rows are gathered, not consecutive). The distance
+// deliberately runs past the end of a row: in an expert-sorted G the next row in memory is the
+// same expert's next token, read soon after (see the traits files for the measured distances).
 template <int64_t kBlockBytes>
 MPG_ALWAYS_INLINE void prefetch_ahead(const void* row) {
   if constexpr (kBlockBytes >= kLineBytes) {
-    const char* ahead = static_cast<const char*>(row) + kPrefetchBytes;
+    const char* ahead = static_cast<const char*>(row) + Vec::kPrefetchBytes;
     MPG_UNROLL
     for (int64_t b = 0; b < kBlockBytes; b += kLineBytes) Vec::prefetch(ahead + b);
   } else {
