@@ -61,7 +61,8 @@ inline float weight_at(const WeightsView& w, int64_t token, int64_t k) {
   switch (w.dtype) {
     case DType::kFloat16: return static_cast<float>(static_cast<const half*>(w.data)[i]);
     case DType::kBFloat16: return static_cast<float>(static_cast<const bfloat16*>(w.data)[i]);
-    case DType::kFloat32: break;
+    case DType::kFloat32:
+    case DType::kInt8: break;  // never a weight dtype (the ops' checks refuse it)
   }
   return static_cast<const float*>(w.data)[i];
 }
