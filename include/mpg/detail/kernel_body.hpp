@@ -55,8 +55,8 @@ MPG_ALWAYS_INLINE void prefetch_ahead(const void* row) {
   }
 }
 
-// Sums group g of the token's plan (one sequential sum, the contract's assign-first / +0.0 rule) over
-// columns [h0, h0 + kVectors * kLanes) into acc. This is the only place that rule exists.
+// Sums group g of the token's plan (one sequential sum, the contract's assign-first / +0.0 rule)
+// over columns [h0, h0 + kVectors * kLanes) into acc. This is the only place that rule exists.
 template <class T, int kVectors, bool kPartial, bool kWeighted>
 MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0, int64_t n,
                                  typename Vec::F* acc) {
