@@ -1,13 +1,15 @@
-// libFuzzer target over the two-phase API (mpg/aclnn.hpp). Bytes decode into tensor descriptors
-// (shapes, dtypes incl. invalid ones, strides, offsets), placements inside one shared arena (so
-// out may alias grad or the indices), index values (mostly valid, sometimes corrupted) and data.
+// libFuzzer target over the two-phase API (mpg/aclnn.hpp): MoeTokenPermuteGrad,
+// MoeInitRoutingV2Grad (drop_pad_mode and active_num too) and MoeTokenUnpermute (with or without
+// probs of any dtype, padded_mode, restore_shape). Bytes decode into tensor descriptors (shapes,
+// dtypes incl. invalid ones, strides, offsets), placements inside one shared arena (so out may
+// alias grad, the indices or probs), index values (mostly valid, sometimes corrupted) and data.
 //
 // Checked on every input: no crash or sanitizer report; a status in {0, 161001, 161002}; on an
 // error, not one byte of the arena changed (guards at both ends included); on success, only the
-// bytes of out's elements changed (row gaps and guards keep the sentinel), out equals
-// mpg::permute_grad with Path::kReference bit for bit, and out shared no byte with grad or the
-// indices (brute-force byte sets); a consumed executor is rejected. Inputs starting with 'P'
-// drive MoeTokenPermute under the same invariants (see run_token_permute).
+// bytes of out's elements changed (row gaps and guards keep the sentinel), out equals the op's
+// typed API with Path::kReference bit for bit, and out shared no byte with any input
+// (brute-force byte sets); a consumed executor is rejected. Inputs starting with 'P' drive
+// MoeTokenPermute under the same invariants (see run_token_permute).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -141,6 +143,20 @@ int64_t max_byte(const Desc& d) {
   return hi;
 }
 
+// Which two-phase entry an input drives.
+enum class Op { kPermuteGrad, kInitRoutingV2Grad, kUnpermute };
+
+// The op and its scalar arguments, as decoded.
+struct Call {
+  Op op = Op::kPermuteGrad;
+  int64_t topk = 1;
+  bool padded = false;        // padded_mode, or drop_pad_mode == 1
+  int64_t drop_pad_mode = 0;  // InitRoutingV2Grad
+  int64_t active_num = 0;     // InitRoutingV2Grad
+  bool with_probs = false;    // Unpermute
+  Desc probs;                 // Unpermute, when with_probs
+};
+
 struct Arena {
   std::vector<uint64_t> words;  // 8-byte aligned storage
   int64_t size = 0;
@@ -153,10 +169,52 @@ bool same_bits_or_both_nan(T a, T b) {
   return std::isnan(static_cast<float>(a)) && std::isnan(static_cast<float>(b));
 }
 
-// Reference result for out from a snapshot of the arena: rows of grad gathered with the
-// fuzzer's own addressing into a contiguous copy, then mpg::permute_grad on Path::kReference.
+// The probs of an Unpermute call gathered into a contiguous [N, K] copy of P.
+template <class P>
+std::vector<P> gather_probs(const Desc& p, const uint8_t* before) {
+  std::vector<P> probs(static_cast<size_t>(std::max<int64_t>(num_elements(p), 1)));
+  for_each_element(p, [&](const std::vector<int64_t>& idx, int64_t b) {
+    std::memcpy(&probs[idx[0] * p.dims[1] + idx[1]], before + b, sizeof(P));
+  });
+  return probs;
+}
+
+// The op's typed API on Path::kReference over contiguous copies of the inputs.
 template <class T, class I>
-void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_t topk, bool padded,
+mpg::Status reference(const Call& c, const std::vector<T>& grad, int64_t rows, int64_t hidden,
+                      const std::vector<I>& indices, int64_t n, std::vector<T>* expected,
+                      int64_t tokens, const uint8_t* before) {
+  mpg::Options options;
+  options.path = mpg::Path::kReference;
+  const mpg::ConstMatrixView<T> g(grad.data(), rows, hidden);
+  const mpg::IndexView<I> s(indices.data(), n);
+  const mpg::MatrixView<T> out(expected->data(), tokens, hidden);
+  // drop_pad_mode, not the layout the indices were made for, is what phase one was told.
+  const bool padded = c.op == Op::kInitRoutingV2Grad ? c.drop_pad_mode == 1 : c.padded;
+  const mpg::Mode mode = padded ? mpg::Mode::kPadded : mpg::Mode::kDropless;
+  switch (c.op) {
+    case Op::kPermuteGrad: return mpg::permute_grad<T, I>(g, s, c.topk, mode, out, options);
+    case Op::kInitRoutingV2Grad:
+      return mpg::init_routing_v2_grad<T, I>(g, s, c.topk, mode, out, options);
+    case Op::kUnpermute: break;
+  }
+  if (!c.with_probs) return mpg::unpermute<T, I>(g, s, mode, out, options);
+  const auto weighted = [&](auto tag) {
+    using P = typename decltype(tag)::type;
+    const std::vector<P> probs = gather_probs<P>(c.probs, before);
+    return mpg::unpermute<T, I, P>(g, s, {probs.data(), c.probs.dims[0], c.probs.dims[1]}, mode,
+                                   out, options);
+  };
+  mpg::DType probs_dtype{};
+  // Phase one accepted it, so it is an arithmetic dtype.
+  FUZZ_CHECK(acl::to_dtype(c.probs.dtype, &probs_dtype) && mpg::is_arithmetic(probs_dtype));
+  return mpg::detail::visit_dtype(mpg::ElementTypeList{}, probs_dtype, weighted);
+}
+
+// Reference result for out from a snapshot of the arena: rows of grad gathered with the
+// fuzzer's own addressing into a contiguous copy, then the op's typed API on Path::kReference.
+template <class T, class I>
+void check_against_reference(const Call& c, const Desc& g, const Desc& s, const Desc& o,
                              const uint8_t* before, const uint8_t* after, acl::aclnnStatus phase2,
                              const std::string& phase2_message) {
   const int64_t hidden = g.dims.back();
@@ -173,12 +231,8 @@ void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_
   });
   const int64_t tokens = o.dims[0];
   std::vector<T> expected(static_cast<size_t>(std::max<int64_t>(tokens * hidden, 1)));
-  mpg::Options options;
-  options.path = mpg::Path::kReference;
   const mpg::Status ref =
-      mpg::permute_grad<T, I>({grad.data(), rows, hidden}, {indices.data(), n}, topk,
-                              padded ? mpg::Mode::kPadded : mpg::Mode::kDropless,
-                              {expected.data(), tokens, hidden}, options);
+      reference<T, I>(c, grad, rows, hidden, indices, n, &expected, tokens, before);
   // Phase two and the typed API check index values alike.
   FUZZ_CHECK(ref.ok() == (phase2 == acl::kSuccess));
   if (!ref.ok()) {
@@ -187,7 +241,7 @@ void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_
     return;
   }
   if (std::getenv("MPG_FUZZ_VERBOSE") != nullptr) {
-    for (const Desc* d : {&g, &s, &o}) {
+    for (const Desc* d : {&g, &s, &o, &c.probs}) {
       std::fprintf(stderr, "dtype %d offset %lld position %lld dims/strides",
                    static_cast<int>(d->dtype), static_cast<long long>(d->offset),
                    static_cast<long long>(d->position));
@@ -197,7 +251,8 @@ void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_
       }
       std::fprintf(stderr, "\n");
     }
-    std::fprintf(stderr, "padded %d topk %lld indices", padded, static_cast<long long>(topk));
+    std::fprintf(stderr, "op %d padded %d topk %lld probs %d indices", static_cast<int>(c.op),
+                 c.padded, static_cast<long long>(c.topk), c.with_probs);
     for (I v : indices) std::fprintf(stderr, " %lld", static_cast<long long>(v));
     std::fprintf(stderr, "\n");
   }
@@ -214,15 +269,13 @@ void check_against_reference(const Desc& g, const Desc& s, const Desc& o, int64_
 }
 
 template <class T>
-void dispatch_index(const Desc& g, const Desc& s, const Desc& o, int64_t topk, bool padded,
+void dispatch_index(const Call& c, const Desc& g, const Desc& s, const Desc& o,
                     const uint8_t* before, const uint8_t* after, acl::aclnnStatus phase2,
                     const std::string& phase2_message) {
   if (s.dtype == acl::DataType::kInt32) {
-    check_against_reference<T, int32_t>(g, s, o, topk, padded, before, after, phase2,
-                                        phase2_message);
+    check_against_reference<T, int32_t>(c, g, s, o, before, after, phase2, phase2_message);
   } else {
-    check_against_reference<T, int64_t>(g, s, o, topk, padded, before, after, phase2,
-                                        phase2_message);
+    check_against_reference<T, int64_t>(c, g, s, o, before, after, phase2, phase2_message);
   }
 }
 
@@ -250,9 +303,15 @@ std::vector<int64_t> pick_indices(FuzzedDataProvider& in, int64_t n, int64_t gra
 }
 
 void run(FuzzedDataProvider& in) {
-  const bool padded = in.ConsumeBool();
+  Call c;
+  c.op = static_cast<Op>(in.ConsumeIntegralInRange<int>(0, 2));
+  bool padded = in.ConsumeBool();
+  // Unpermute refuses padded_mode = true: mostly ask for the layout it accepts.
+  if (c.op == Op::kUnpermute) padded = padded && in.ConsumeIntegralInRange(0, 7) == 0;
+  c.with_probs = c.op == Op::kUnpermute && in.ConsumeIntegralInRange(0, 3) != 0;
   int64_t topk = in.ConsumeIntegralInRange<int64_t>(1, 4);
   if (in.ConsumeIntegralInRange(0, 15) == 0) topk = in.ConsumeIntegralInRange<int64_t>(-2, 6);
+  if (c.op == Op::kUnpermute && !c.with_probs) topk = 1;  // the vendor's K without probs
   const int64_t tokens = in.ConsumeIntegralInRange<int64_t>(0, 6);
   const int64_t hidden = in.ConsumeIntegralInRange<int64_t>(0, 40);
   const int64_t num_indices =
@@ -282,6 +341,27 @@ void run(FuzzedDataProvider& in) {
   }
   o.dims = {tokens, hidden};
   s.dims = {num_indices};
+  // InitRoutingV2Grad: drop_pad_mode from the layout, active_num = R (or 0 when nothing was
+  // dropped); now and then any value.
+  c.drop_pad_mode = padded ? 1 : 0;
+  if (in.ConsumeIntegralInRange(0, 31) == 0) c.drop_pad_mode = in.ConsumeIntegralInRange(-1, 2);
+  if (!padded) c.active_num = grad_rows == num_indices && in.ConsumeBool() ? 0 : grad_rows;
+  if (padded) c.active_num = in.ConsumeIntegralInRange<int64_t>(0, 5);  // ignored
+  if (in.ConsumeIntegralInRange(0, 15) == 0) {
+    c.active_num = in.ConsumeIntegralInRange<int64_t>(-2, num_indices + 2);
+  }
+  // Unpermute's probs [N, K], any dtype (mostly a float one).
+  Desc& p = c.probs;
+  if (c.with_probs) {
+    p.dtype = pick_dtype(in, false);
+    p.dims = {tokens, std::max<int64_t>(topk, 0)};
+    switch (in.ConsumeIntegralInRange(0, 31)) {  // rare shape misuse
+      case 0: p.dims[0] += 1; break;
+      case 1: p.dims[1] += 1; break;
+      case 2: p.dims = {num_indices}; break;
+      default: break;
+    }
+  }
   switch (in.ConsumeIntegralInRange(0, 31)) {  // rare shape misuse
     case 0: o.dims[1] += 1; break;
     case 1: o.dims[0] += 1; break;
@@ -296,11 +376,16 @@ void run(FuzzedDataProvider& in) {
   }
   pick_strides(in, &g);
   pick_strides(in, &o);
+  if (c.with_probs) pick_strides(in, &p);
   s.strides.assign(s.dims.size(), 1);
   if (s.dims.size() == 2) s.strides[0] = s.dims[1];
   if (in.ConsumeIntegralInRange(0, 15) == 0) {
     s.explicit_strides = true;
     s.strides[0] = in.ConsumeIntegralInRange<int64_t>(0, 2);
+  }
+  if (c.with_probs) {
+    p.offset = in.ConsumeIntegralInRange<int64_t>(0, 3);
+    p.null_data = in.ConsumeIntegralInRange(0, 31) == 0;
   }
   for (Desc* d : {&g, &s, &o}) {
     d->offset = in.ConsumeIntegralInRange<int64_t>(0, 3);
@@ -308,13 +393,22 @@ void run(FuzzedDataProvider& in) {
     d->null_tensor = in.ConsumeIntegralInRange(0, 63) == 0;
   }
 
-  // Placement: each tensor at its own region, except that out sometimes lands on grad or the
-  // indices. Positions are multiples of 8 so every element is aligned for its type.
+  // Placement: each tensor at its own region, except that out sometimes lands on grad, the
+  // indices or probs. Positions are multiples of 8 so every element is aligned for its type.
+  std::vector<const Desc*> descs = {&g, &s, &o};
+  if (c.with_probs) descs.push_back(&p);
   const auto align8 = [](int64_t x) { return (x + 7) / 8 * 8; };
   g.position = kGuardBytes;
   s.position = align8(max_byte(g) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
   o.position = align8(max_byte(s) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  if (c.with_probs) {
+    p.position = o.position;
+    o.position = align8(max_byte(p) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  }
   const uint8_t alias = in.ConsumeIntegralInRange<uint8_t>(0, 7);
+  if (alias == 4 && c.with_probs) {
+    o.position = p.position + in.ConsumeIntegralInRange<int64_t>(0, 3) * 8;
+  }
   if (alias == 1) o.position = g.position + in.ConsumeIntegralInRange<int64_t>(0, 8) * 8;
   if (alias == 2) o.position = s.position + in.ConsumeIntegralInRange<int64_t>(0, 3) * 8;
   if (alias == 3)
@@ -323,7 +417,7 @@ void run(FuzzedDataProvider& in) {
   Arena arena;
   {
     int64_t end = 0;
-    for (const Desc* d : {&g, &s, &o}) {
+    for (const Desc* d : descs) {
       Desc bounded = *d;  // a negative stride never gets past validation: size as if 0
       for (int64_t& x : bounded.strides) x = std::max<int64_t>(x, 0);
       if (huge && d == &g) bounded.dims[0] = 1;
@@ -338,6 +432,14 @@ void run(FuzzedDataProvider& in) {
   if (!huge && is_element_dtype(g.dtype)) {
     const int64_t es = element_size(g.dtype);
     for_each_element(g, [&](const std::vector<int64_t>&, int64_t b) {
+      if (b < 0 || b + es > arena.size) return;
+      const uint32_t bits = in.ConsumeIntegral<uint32_t>();
+      std::memcpy(arena.bytes() + b, &bits, static_cast<size_t>(es));
+    });
+  }
+  if (c.with_probs && is_element_dtype(p.dtype)) {  // probs too: zeros, NaN and all
+    const int64_t es = element_size(p.dtype);
+    for_each_element(p, [&](const std::vector<int64_t>&, int64_t b) {
       if (b < 0 || b + es > arena.size) return;
       const uint32_t bits = in.ConsumeIntegral<uint32_t>();
       std::memcpy(arena.bytes() + b, &bits, static_cast<size_t>(es));
@@ -367,14 +469,46 @@ void run(FuzzedDataProvider& in) {
   acl::Tensor* grad_t = make(g);
   acl::Tensor* index_t = make(s);
   acl::Tensor* out_t = make(o);
+  acl::Tensor* probs_t = c.with_probs ? make(p) : nullptr;
+  // restore_shape: mostly absent or out's shape, rarely another one.
+  std::vector<int64_t> restore = o.dims;
+  const uint8_t restore_choice = in.ConsumeIntegralInRange<uint8_t>(0, 7);
+  if (restore_choice == 7 && !restore.empty()) restore.back() += 1;
+  acl::IntArray* restore_a =
+      restore_choice >= 4 ? acl::CreateIntArray(restore.data(), restore.size()) : nullptr;
+  c.topk = topk;
+  c.padded = padded;
 
   uint64_t workspace_size = 0;
   acl::Executor* executor = reinterpret_cast<acl::Executor*>(&workspace_size);  // must be reset
-  const acl::aclnnStatus phase1 = acl::MoeTokenPermuteGradGetWorkspaceSize(
-      grad_t, index_t, topk, padded, out_t, &workspace_size, &executor);
+  acl::aclnnStatus phase1 = acl::kSuccess;
+  switch (c.op) {
+    case Op::kPermuteGrad:
+      phase1 = acl::MoeTokenPermuteGradGetWorkspaceSize(grad_t, index_t, topk, padded, out_t,
+                                                        &workspace_size, &executor);
+      break;
+    case Op::kInitRoutingV2Grad:
+      phase1 = acl::MoeInitRoutingV2GradGetWorkspaceSize(
+          grad_t, index_t, topk, c.drop_pad_mode, c.active_num, out_t, &workspace_size, &executor);
+      break;
+    case Op::kUnpermute:
+      phase1 = acl::MoeTokenUnpermuteGetWorkspaceSize(grad_t, index_t, probs_t, padded, restore_a,
+                                                      out_t, &workspace_size, &executor);
+      break;
+  }
+  const auto phase_two = [&c](void* workspace, uint64_t bytes, acl::Executor* e) {
+    switch (c.op) {
+      case Op::kPermuteGrad: return acl::MoeTokenPermuteGrad(workspace, bytes, e);
+      case Op::kInitRoutingV2Grad: return acl::MoeInitRoutingV2Grad(workspace, bytes, e);
+      case Op::kUnpermute: break;
+    }
+    return acl::MoeTokenUnpermute(workspace, bytes, e);
+  };
   acl::DestroyTensor(grad_t);
   acl::DestroyTensor(index_t);
   acl::DestroyTensor(out_t);
+  acl::DestroyTensor(probs_t);
+  acl::DestroyIntArray(restore_a);
   FUZZ_CHECK(phase1 == acl::kSuccess || phase1 == acl::kErrParamNullptr ||
              phase1 == acl::kErrParamInvalid);
   if (phase1 != acl::kSuccess) {
@@ -391,7 +525,7 @@ void run(FuzzedDataProvider& in) {
   constexpr uint8_t kInput = 1;
   constexpr uint8_t kOut = 2;
   std::vector<uint8_t> owner(static_cast<size_t>(arena.size), 0);
-  for (const Desc* d : {&g, &s, &o}) {
+  for (const Desc* d : descs) {
     const int64_t des = element_size(d->dtype);
     for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
       FUZZ_CHECK(b >= 0 && b + des <= arena.size);
@@ -420,12 +554,12 @@ void run(FuzzedDataProvider& in) {
     for (int64_t i = ws_begin; i < ws_end; ++i) ws_overlaps = ws_overlaps || owner[i] != 0;
   }
   const acl::aclnnStatus phase2 =
-      acl::MoeTokenPermuteGrad(workspace_data, short_workspace ? 0 : workspace_size, executor);
+      phase_two(workspace_data, short_workspace ? 0 : workspace_size, executor);
   const std::string phase2_message = acl::GetLastErrorMessage();
   FUZZ_CHECK(phase2 == acl::kSuccess || phase2 == acl::kErrParamInvalid);
   FUZZ_CHECK(!short_workspace || phase2 == acl::kErrParamInvalid);
   FUZZ_CHECK(!ws_overlaps || phase2 == acl::kErrParamInvalid);
-  FUZZ_CHECK(acl::MoeTokenPermuteGrad(nullptr, 0, executor) == acl::kErrParamInvalid);
+  FUZZ_CHECK(phase_two(nullptr, 0, executor) == acl::kErrParamInvalid);
   if (!arena_workspace && !workspace.empty()) FUZZ_CHECK(workspace.back() == kSentinel);
 
   // Only out's elements (on success) and a workspace of the arena's own free bytes may change.
@@ -438,8 +572,8 @@ void run(FuzzedDataProvider& in) {
   mpg::DType dtype{};
   FUZZ_CHECK(acl::to_dtype(g.dtype, &dtype) && mpg::is_arithmetic(dtype));  // phase one accepted it
   mpg::detail::visit_dtype(mpg::ElementTypeList{}, dtype, [&](auto t) {
-    dispatch_index<typename decltype(t)::type>(g, s, o, topk, padded, before.data(), arena.bytes(),
-                                               phase2, phase2_message);
+    dispatch_index<typename decltype(t)::type>(c, g, s, o, before.data(), arena.bytes(), phase2,
+                                               phase2_message);
   });
 }
 

@@ -44,9 +44,11 @@
 #include "mpg/detail/problem.hpp"
 #include "mpg/detail/token_permute.hpp"
 #include "mpg/detail/validate.hpp"
+#include "mpg/init_routing_v2_grad.hpp"
 #include "mpg/options.hpp"
 #include "mpg/status.hpp"
 #include "mpg/types.hpp"
+#include "mpg/unpermute.hpp"
 
 namespace mpg::aclnn {
 
@@ -458,7 +460,9 @@ inline aclnnStatus MoeTokenPermuteGradGetWorkspaceSize(const Tensor* permuted_ou
   return detail::plan(
       "MoeTokenPermuteGrad", mpg::detail::index_scratch_bytes(p.mode, p.num_indices, p.grad.rows),
       {operands.begin(), operands.end()},
-      [p](uint8_t* workspace) { return mpg::detail::execute(p, workspace, Options{}); },
+      [p](uint8_t* workspace) {
+        return mpg::detail::execute<mpg::detail::kSequentialSum>(p, workspace, Options{});
+      },
       workspace_size, executor);
 }
 
@@ -585,6 +589,181 @@ inline aclnnStatus MoeTokenPermuteGetWorkspaceSize(const Tensor* tokens, const T
 
 inline aclnnStatus MoeTokenPermute(void* workspace, uint64_t workspace_size, Executor* executor) {
   return detail::run("MoeTokenPermute", workspace, workspace_size, executor);
+}
+
+// ---- MoeInitRoutingV2Grad ----------------------------------------------------------------------
+
+namespace detail {
+
+// docs/contract.md section 8's table: drop_pad_mode 0 takes G [N*K, H] (active_num 0) or
+// [active_num, H]; drop_pad_mode 1 takes [E, C, H] or [E*C, H] and ignores active_num.
+inline Status make_init_routing_v2_grad_problem(const Tensor* grad, const Tensor* indices,
+                                                int64_t top_k, int64_t drop_pad_mode,
+                                                int64_t active_num, Tensor* out,
+                                                mpg::detail::Problem* p) {
+  p->names = mpg::detail::init_routing_v2_grad_names();
+  p->order = mpg::detail::Order::kBinaryBins;
+  if (grad == nullptr) return error(ErrorCode::kNullPointer, "grad_expanded_x is null");
+  if (indices == nullptr) return error(ErrorCode::kNullPointer, "expanded_row_idx is null");
+  if (out == nullptr) return error(ErrorCode::kNullPointer, "out is null");
+  if (drop_pad_mode != 0 && drop_pad_mode != 1) {
+    return error(ErrorCode::kInvalidArgument, "drop_pad_mode = ", drop_pad_mode,
+                 " must be 0 (dropless) or 1 (drop and pad)");
+  }
+  if (active_num < 0) {
+    return error(ErrorCode::kInvalidArgument, "active_num = ", active_num, " must be >= 0");
+  }
+  if (Status s = arithmetic_dtype("grad_expanded_x", *grad, &p->dtype); !s.ok()) return s;
+  if (out->dtype() != grad->dtype()) {
+    return error(ErrorCode::kDtypeMismatch, "out dtype ", static_cast<int32_t>(out->dtype()),
+                 " differs from grad_expanded_x dtype ", static_cast<int32_t>(grad->dtype()));
+  }
+  if (Status s = index_dtype("expanded_row_idx", *indices, &p->index_type); !s.ok()) return s;
+  const bool drop_pad = drop_pad_mode == 1;
+  p->mode = drop_pad ? Mode::kPadded : Mode::kDropless;
+  p->topk = top_k;
+  if (Status s = as_matrix("grad_expanded_x", *grad, drop_pad, &p->grad); !s.ok()) return s;
+  if (Status s = as_matrix("out", *out, false, &p->out); !s.ok()) return s;
+  if (Status s = as_vector("expanded_row_idx", *indices, &p->indices, &p->num_indices); !s.ok()) {
+    return s;
+  }
+  if (!drop_pad && active_num == 0 && p->grad.rows != p->num_indices) {
+    return error(ErrorCode::kShapeMismatch, "grad_expanded_x has ", p->grad.rows,
+                 " rows but must have len(expanded_row_idx) = ", p->num_indices,
+                 " (drop_pad_mode 0, active_num 0: nothing dropped)");
+  }
+  if (!drop_pad && active_num > 0) {
+    if (active_num > p->num_indices) {
+      return error(ErrorCode::kInvalidArgument, "active_num = ", active_num,
+                   " must be <= len(expanded_row_idx) = ", p->num_indices);
+    }
+    if (p->grad.rows != active_num) {
+      return error(ErrorCode::kShapeMismatch, "grad_expanded_x has ", p->grad.rows,
+                   " rows but must have active_num = ", active_num, " (drop_pad_mode 0)");
+    }
+  }
+  return mpg::detail::check_shapes(*p);
+}
+
+}  // namespace detail
+
+inline aclnnStatus MoeInitRoutingV2GradGetWorkspaceSize(const Tensor* grad_expanded_x,
+                                                        const Tensor* expanded_row_idx,
+                                                        int64_t top_k, int64_t drop_pad_mode,
+                                                        int64_t active_num, Tensor* out,
+                                                        uint64_t* workspace_size,
+                                                        Executor** executor) {
+  if (Status s = detail::check_out_params(workspace_size, executor); !s.ok()) {
+    return detail::finish(s);
+  }
+  mpg::detail::Problem p;
+  if (Status s = detail::make_init_routing_v2_grad_problem(grad_expanded_x, expanded_row_idx, top_k,
+                                                           drop_pad_mode, active_num, out, &p);
+      !s.ok()) {
+    return detail::finish(s);
+  }
+  const auto operands = mpg::detail::operands(p);
+  return detail::plan(
+      "MoeInitRoutingV2Grad", mpg::detail::index_scratch_bytes(p.mode, p.num_indices, p.grad.rows),
+      {operands.begin(), operands.end()},
+      [p](uint8_t* workspace) {
+        return mpg::detail::execute<mpg::detail::kBinaryBinsSum>(p, workspace, Options{});
+      },
+      workspace_size, executor);
+}
+
+inline aclnnStatus MoeInitRoutingV2Grad(void* workspace, uint64_t workspace_size,
+                                        Executor* executor) {
+  return detail::run("MoeInitRoutingV2Grad", workspace, workspace_size, executor);
+}
+
+// ---- MoeTokenUnpermute -------------------------------------------------------------------------
+
+namespace detail {
+
+// probs may be null (then K = 1 and out is [len(sorted_indices), H]); restore_shape may be null,
+// else it must be out's shape. padded_mode = true is refused, as on the device.
+inline Status make_unpermute_problem(const Tensor* permuted_tokens, const Tensor* sorted_indices,
+                                     const Tensor* probs, bool padded_mode,
+                                     const IntArray* restore_shape, Tensor* out,
+                                     mpg::detail::Problem* p) {
+  p->names = mpg::detail::unpermute_names();
+  if (permuted_tokens == nullptr) return error(ErrorCode::kNullPointer, "permuted_tokens is null");
+  if (sorted_indices == nullptr) return error(ErrorCode::kNullPointer, "sorted_indices is null");
+  if (out == nullptr) return error(ErrorCode::kNullPointer, "out is null");
+  if (padded_mode) {
+    return error(ErrorCode::kInvalidArgument,
+                 "padded_mode = true is not supported by MoeTokenUnpermute (the device refuses "
+                 "it too; mpg::unpermute offers Mode::kPadded)");
+  }
+  if (Status s = arithmetic_dtype("permuted_tokens", *permuted_tokens, &p->dtype); !s.ok()) {
+    return s;
+  }
+  if (out->dtype() != permuted_tokens->dtype()) {
+    return error(ErrorCode::kDtypeMismatch, "out dtype ", static_cast<int32_t>(out->dtype()),
+                 " differs from permuted_tokens dtype ",
+                 static_cast<int32_t>(permuted_tokens->dtype()));
+  }
+  if (Status s = index_dtype("sorted_indices", *sorted_indices, &p->index_type); !s.ok()) {
+    return s;
+  }
+  p->mode = Mode::kDropless;
+  p->topk = 1;
+  if (Status s = as_matrix("permuted_tokens", *permuted_tokens, false, &p->grad); !s.ok()) {
+    return s;
+  }
+  if (Status s = as_matrix("out", *out, false, &p->out); !s.ok()) return s;
+  if (Status s = as_vector("sorted_indices", *sorted_indices, &p->indices, &p->num_indices);
+      !s.ok()) {
+    return s;
+  }
+  if (probs != nullptr) {
+    if (Status s = arithmetic_dtype("probs", *probs, &p->weights_dtype); !s.ok()) return s;
+    if (Status s = as_matrix("probs", *probs, false, &p->weights); !s.ok()) return s;
+    p->weighted = true;
+    p->topk = p->weights.cols;
+    p->names.topk = "K (probs dim 1)";
+  }
+  if (restore_shape != nullptr) {
+    const std::vector<int64_t>& r = restore_shape->values();
+    if (r.size() != 2 || r[0] != p->out.rows || r[1] != p->out.cols) {
+      return error(ErrorCode::kShapeMismatch, "restore_shape = ", dims_string(r),
+                   " does not describe out, whose shape is ", dims_string(out->dims()));
+    }
+  }
+  return mpg::detail::check_shapes(*p);
+}
+
+}  // namespace detail
+
+inline aclnnStatus MoeTokenUnpermuteGetWorkspaceSize(const Tensor* permuted_tokens,
+                                                     const Tensor* sorted_indices,
+                                                     const Tensor* probs, bool padded_mode,
+                                                     const IntArray* restore_shape, Tensor* out,
+                                                     uint64_t* workspace_size,
+                                                     Executor** executor) {
+  if (Status s = detail::check_out_params(workspace_size, executor); !s.ok()) {
+    return detail::finish(s);
+  }
+  mpg::detail::Problem p;
+  if (Status s = detail::make_unpermute_problem(permuted_tokens, sorted_indices, probs, padded_mode,
+                                                restore_shape, out, &p);
+      !s.ok()) {
+    return detail::finish(s);
+  }
+  const auto operands = mpg::detail::operands(p);
+  return detail::plan(
+      "MoeTokenUnpermute", mpg::detail::index_scratch_bytes(p.mode, p.num_indices, p.grad.rows),
+      {operands.begin(), operands.end()},
+      [p](uint8_t* workspace) {
+        constexpr unsigned kSums = mpg::detail::kSequentialSum | mpg::detail::kWeightedSum;
+        return mpg::detail::execute<kSums>(p, workspace, Options{});
+      },
+      workspace_size, executor);
+}
+
+inline aclnnStatus MoeTokenUnpermute(void* workspace, uint64_t workspace_size, Executor* executor) {
+  return detail::run("MoeTokenUnpermute", workspace, workspace_size, executor);
 }
 
 }  // namespace mpg::aclnn

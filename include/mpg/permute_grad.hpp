@@ -43,7 +43,7 @@ Status permute_grad(ConstMatrixView<T> permuted_output_grad, IndexView<I> sorted
                     int64_t num_topk, Mode mode, MatrixView<T> out, const Options& options = {}) {
   static_assert(kIsElement<T>, "mpg: element type must be float, Eigen::half or Eigen::bfloat16");
   static_assert(kIsIndex<I>, "mpg: index type must be int32_t or int64_t");
-  return detail::validate_and_execute(
+  return detail::validate_and_execute<detail::kSequentialSum>(
       detail::make_problem(permuted_output_grad, sorted_indices, num_topk, mode, out), options);
 }
 

@@ -128,10 +128,12 @@ Status permute(ConstMatrixView<T> tokens, IndexView<I> sorted_indices, int64_t n
                MatrixView<T> permuted) {
   static_assert(kIsElement<T>, "mpg: element type must be float, Eigen::half or Eigen::bfloat16");
   // check_shape_rules only reads the Problem; its out slot holds the (read-only) tokens.
-  const detail::Problem p = detail::make_problem(
+  detail::Problem p = detail::make_problem(
       ConstMatrixView<T>(permuted), sorted_indices, num_topk, mode,
       MatrixView<T>(const_cast<T*>(tokens.data), tokens.rows, tokens.cols, tokens.row_stride));
-  if (Status s = detail::check_shape_rules(p, {"permuted", "tokens"}); !s.ok()) return s;
+  p.names.grad = "permuted";
+  p.names.out = "tokens";
+  if (Status s = detail::check_shape_rules(p); !s.ok()) return s;
   const int64_t elem_size = p.elem_size();
   const std::array<detail::Operand, 3> operands = {
       detail::output("permuted", p.grad, elem_size), detail::input("tokens", p.out, elem_size),

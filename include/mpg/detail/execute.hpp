@@ -39,26 +39,31 @@ inline Status check_options(const Options& options) {
 // Second half of every call, after check_shapes() and check_options() passed: check the index
 // values (index_scratch_bytes() of scratch), then compute. Nothing is written to out
 // unless every check passed.
-inline Status execute(const Problem& p, uint8_t* scratch, const Options& options) {
-  return dispatch(p.dtype, p.index_type, p.mode, [&](auto t, auto i, auto m) -> Status {
+template <unsigned kSums>
+Status execute(const Problem& p, uint8_t* scratch, const Options& options) {
+  return dispatch<kSums>(p, [&](auto t, auto i, auto m, auto o, auto w) -> Status {
     using T = typename decltype(t)::type;
     using I = typename decltype(i)::type;
     constexpr Mode kMode = decltype(m)::value;
+    constexpr Order kOrder = decltype(o)::value;
+    constexpr bool kWeighted = decltype(w)::value;
     const IndexView<I> indices = index_view<I>(p);
-    if (Status s = check_indices(indices, kMode, p.grad.rows, scratch); !s.ok()) return s;
+    if (Status s = check_indices(indices, kMode, p.grad.rows, scratch, p.names); !s.ok()) return s;
     if (options.path == Path::kReference) {
-      reference_gather_sum<T, I, kMode, Order::kSequential, false>(grad_view<T>(p), indices, p.topk,
-                                                                   WeightsView{}, out_view<T>(p));
+      reference_gather_sum<T, I, kMode, kOrder, kWeighted>(grad_view<T>(p), indices, p.topk,
+                                                            weights_view(p), out_view<T>(p));
     } else {
-      fast_gather_sum<T, I, kMode, Order::kSequential, false>(
-          grad_view<T>(p), indices, p.topk, WeightsView{}, out_view<T>(p), options);
+      fast_gather_sum<T, I, kMode, kOrder, kWeighted>(grad_view<T>(p), indices, p.topk,
+                                                       weights_view(p), out_view<T>(p), options);
     }
     return {};
   });
 }
 
 // Validates and computes with scratch of its own: the path of the typed API.
-inline Status validate_and_execute(const Problem& p, const Options& options) {
+// kSums: the sums (dispatch.hpp) this caller's problems can ask for.
+template <unsigned kSums>
+Status validate_and_execute(const Problem& p, const Options& options) {
   if (Status s = check_options(options); !s.ok()) return s;
   if (Status s = check_shapes(p); !s.ok()) return s;
   // Small calls keep the scratch on the stack: a heap allocation would dominate them.
@@ -70,7 +75,7 @@ inline Status validate_and_execute(const Problem& p, const Options& options) {
     heap_scratch.resize(bytes);
     scratch = heap_scratch.data();
   }
-  return execute(p, scratch, options);
+  return execute<kSums>(p, scratch, options);
 }
 
 }  // namespace mpg::detail

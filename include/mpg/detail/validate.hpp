@@ -125,57 +125,67 @@ inline Status check_matrix(const char* name, const Problem::Matrix& m, int64_t e
   return {};
 }
 
-// permute_grad's operands, in the order their overlaps are reported.
-inline std::array<Operand, 3> operands(const Problem& p) {
-  return {output("out", p.out, p.elem_size()), input("permuted_output_grad", p.grad, p.elem_size()),
-          input("sorted_indices", p.indices, p.num_indices, size_of(p.index_type))};
+// A problem's operands, in the order their overlaps are reported: out, G, S, and the weights
+// when there are any (else an empty operand, which overlaps nothing).
+inline std::array<Operand, 4> operands(const Problem& p) {
+  const OperandNames& n = p.names;
+  return {output(n.out, p.out, p.elem_size()), input(n.grad, p.grad, p.elem_size()),
+          input(n.indices, p.indices, p.num_indices, size_of(p.index_type)),
+          p.weighted ? input(n.weights, p.weights, size_of(p.weights_dtype)) : Operand{}};
 }
 
-// The names of a Problem's two matrices in messages: `by_index` has a row per kept copy (G),
-// `by_token` a row per token (out). The forward permute reuses the rules under its own names.
-struct MatrixNames {
-  const char* by_index = "permuted_output_grad";
-  const char* by_token = "out";
-};
-
-// The shape rules (docs/contract.md, "Bad input"), everything but overlaps.
-inline Status check_shape_rules(const Problem& p, const MatrixNames& names = {}) {
-  if (Status s = check_matrix(names.by_index, p.grad, p.elem_size()); !s.ok()) return s;
-  if (Status s = check_matrix(names.by_token, p.out, p.elem_size()); !s.ok()) return s;
+// The shape rules (docs/contract.md, "Bad input"), everything but overlaps, in the op's own
+// argument names (p.names).
+inline Status check_shape_rules(const Problem& p) {
+  const OperandNames& n = p.names;
+  if (Status s = check_matrix(n.grad, p.grad, p.elem_size()); !s.ok()) return s;
+  if (Status s = check_matrix(n.out, p.out, p.elem_size()); !s.ok()) return s;
+  if (p.weighted) {
+    if (!is_arithmetic(p.weights_dtype)) {
+      return error(ErrorCode::kUnsupportedDtype, n.weights, " dtype ", name_of(p.weights_dtype),
+                   " is not supported: must be float32, float16 or bfloat16");
+    }
+    if (Status s = check_matrix(n.weights, p.weights, size_of(p.weights_dtype)); !s.ok()) return s;
+  }
   const auto index_size = size_of(p.index_type);
   if (p.num_indices < 0 || p.num_indices > std::numeric_limits<int64_t>::max() / index_size) {
-    return error(ErrorCode::kShapeMismatch, "sorted_indices has ", p.num_indices,
+    return error(ErrorCode::kShapeMismatch, n.indices, " has ", p.num_indices,
                  " elements: must be in [0, 2^63 / ", index_size, ")");
   }
   if (p.indices == nullptr && p.num_indices > 0) {
-    return error(ErrorCode::kNullPointer, "sorted_indices data is null but it has ", p.num_indices,
+    return error(ErrorCode::kNullPointer, n.indices, " data is null but it has ", p.num_indices,
                  " elements");
   }
   if (p.topk < 1) {
-    return error(ErrorCode::kInvalidArgument, "num_topk = ", p.topk, " must be >= 1");
+    return error(ErrorCode::kInvalidArgument, n.topk, " = ", p.topk, " must be >= 1");
   }
   if (p.num_indices % p.topk != 0) {
-    return error(ErrorCode::kShapeMismatch, "sorted_indices has ", p.num_indices,
-                 " elements, which is not a multiple of num_topk = ", p.topk);
+    return error(ErrorCode::kShapeMismatch, n.indices, " has ", p.num_indices,
+                 " elements, which is not a multiple of ", n.topk, " = ", p.topk);
+  }
+  if (p.weighted && p.weights.rows != p.num_tokens()) {
+    return error(ErrorCode::kShapeMismatch, n.weights, " has shape [", p.weights.rows, ", ",
+                 p.weights.cols, "] but must be [N, K] with N = len(", n.indices,
+                 ") / K = ", p.num_indices, " / ", p.topk, " = ", p.num_tokens());
   }
   if (p.out.rows != p.num_tokens()) {
-    return error(ErrorCode::kShapeMismatch, names.by_token, " has ", p.out.rows,
-                 " rows but must have N = len(sorted_indices) / num_topk = ", p.num_indices, " / ",
-                 p.topk, " = ", p.num_tokens());
+    return error(ErrorCode::kShapeMismatch, n.out, " has ", p.out.rows,
+                 " rows but must have N = len(", n.indices, ") / ", n.topk, " = ", p.num_indices,
+                 " / ", p.topk, " = ", p.num_tokens());
   }
   if (p.out.cols != p.grad.cols) {
-    return error(ErrorCode::kShapeMismatch, names.by_token, " has hidden size ", p.out.cols,
-                 " but ", names.by_index, " has hidden size ", p.grad.cols);
+    return error(ErrorCode::kShapeMismatch, n.out, " has hidden size ", p.out.cols, " but ", n.grad,
+                 " has hidden size ", p.grad.cols);
   }
   if (p.mode == Mode::kDropless && p.grad.rows > p.num_indices) {
-    return error(ErrorCode::kShapeMismatch, names.by_index, " has ", p.grad.rows,
-                 " rows, more than N * num_topk = ", p.num_indices, " (dropless mode)");
+    return error(ErrorCode::kShapeMismatch, n.grad, " has ", p.grad.rows, " rows, more than N * ",
+                 n.topk, " = ", p.num_indices, " (dropless mode)");
   }
   return {};
 }
 
-// Everything about permute_grad that can be checked without reading index values: all of it
-// happens in the first phase of the two-phase API.
+// Everything about a gather-sum problem that can be checked without reading index values: all
+// of it happens in the first phase of the two-phase API.
 inline Status check_shapes(const Problem& p) {
   if (Status s = check_shape_rules(p); !s.ok()) return s;
   return check_no_overlap(operands(p));
@@ -202,16 +212,15 @@ inline uint64_t index_scratch_bytes(Mode mode, int64_t num_indices, int64_t grad
 // The first i whose value (other than -1) appeared before: the position every duplicate error
 // names, whichever scratch found it. Error path only, so it may allocate.
 template <class I>
-Status duplicate_error(IndexView<I> indices) {
+Status duplicate_error(IndexView<I> indices, const char* name) {
   std::unordered_map<int64_t, int64_t> first_seen;
   for (int64_t i = 0; i < indices.size; ++i) {
     const int64_t s = indices.data[i];
     if (s < 0) continue;
     const auto [it, inserted] = first_seen.emplace(s, i);
     if (!inserted) {
-      return error(ErrorCode::kDuplicateIndex, "sorted_indices[", i, "] = ", s,
-                   " duplicates sorted_indices[", it->second,
-                   "]: every index other than -1 may appear once");
+      return error(ErrorCode::kDuplicateIndex, name, "[", i, "] = ", s, " duplicates ", name, "[",
+                   it->second, "]: every index other than -1 may appear once");
     }
   }
   MPG_ASSERT(false && "duplicate_error called without a duplicate");
@@ -222,13 +231,14 @@ Status duplicate_error(IndexView<I> indices) {
 // `scratch` holds index_scratch_bytes() bytes (the two-phase API's workspace, any alignment);
 // its contents on entry do not matter.
 template <class I>
-Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t* scratch) {
+Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t* scratch,
+                     const OperandNames& names = {}) {
   const int64_t lo = mode == Mode::kDropless ? 0 : -1;
   const int64_t hi = mode == Mode::kDropless ? indices.size : grad_rows;
   for (int64_t i = 0; i < indices.size; ++i) {
     const int64_t s = indices.data[i];
     if (s < lo || s >= hi) {
-      return error(ErrorCode::kIndexOutOfRange, "sorted_indices[", i, "] = ", s,
+      return error(ErrorCode::kIndexOutOfRange, names.indices, "[", i, "] = ", s,
                    " is out of range [", lo, ", ", hi, ")",
                    mode == Mode::kDropless ? " (dropless mode: a permutation of [0, N*K))"
                                            : " (padded mode: -1 or a row of [E*C, H])");
@@ -242,7 +252,7 @@ Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t
       if (s < 0) continue;  // -1: dropped in padded mode, may repeat
       uint8_t& byte = scratch[s >> 3];
       const auto bit = static_cast<uint8_t>(1u << (s & 7));
-      if (byte & bit) return duplicate_error(indices);
+      if (byte & bit) return duplicate_error(indices, names.indices);
       byte |= bit;
     }
     return {};
@@ -258,7 +268,7 @@ Status check_indices(IndexView<I> indices, Mode mode, int64_t grad_rows, uint8_t
   }
   std::sort(sorted, sorted + count);
   if (std::adjacent_find(sorted, sorted + count) != sorted + count) {
-    return duplicate_error(indices);
+    return duplicate_error(indices, names.indices);
   }
   return {};
 }
