@@ -154,8 +154,8 @@ void add(const std::string& name, mpg::Mode mode, const std::vector<int64_t>& sh
 void register_all() {
   using mpg::bfloat16;
   using mpg::Mode;
-  add<bfloat16, int32_t>("BM_InitRoutingV2Grad_BF16_I32", Mode::kDropless,
-                         {4096, 8, 4096, 64, 100}, {1, 2});
+  add<bfloat16, int32_t>("BM_InitRoutingV2Grad_BF16_I32", Mode::kDropless, {4096, 8, 4096, 64, 100},
+                         {1, 2});
   add<bfloat16, int32_t>("BM_InitRoutingV2Grad_BF16_I32", Mode::kDropless, {4096, 8, 4096, 64, 90},
                          {1, 2});
   add<bfloat16, int32_t>("BM_InitRoutingV2GradPadded_BF16_I32", Mode::kPadded,

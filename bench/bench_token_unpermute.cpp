@@ -146,8 +146,7 @@ void register_all() {
                                    {1, 2});
   add<half, int32_t, half>("BM_TokenUnpermute_FP16_I32_PFP16", {2048, 8, 7168, 256, 90}, {1, 2});
   // Probs in fp32 with bf16 tokens (a router kept in fp32): the widening differs, not the bytes.
-  add<bfloat16, int32_t, float>("BM_TokenUnpermute_BF16_I32_PFP32", {4096, 8, 4096, 64, 100},
-                                {1});
+  add<bfloat16, int32_t, float>("BM_TokenUnpermute_BF16_I32_PFP32", {4096, 8, 4096, 64, 100}, {1});
 }
 
 }  // namespace

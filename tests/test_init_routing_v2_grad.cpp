@@ -1,6 +1,6 @@
 // MoeInitRoutingV2Grad (binary-bins order) through both API layers: hand-worked sums that only
 // the binary-bins order produces, on every path; drops and signed zeros; the drop-pad modes of
-// the two-phase API with SPEC 8's shape table; every error, with out untouched.
+// the two-phase API with docs/contract.md section 8's shape table; every error, with out untouched.
 #include "test_util.hpp"
 
 #include <cmath>
@@ -17,11 +17,11 @@ using mpg_test::PathCase;
 // Hand-worked orders. Each case is one token with K copies x_0..x_{K-1} (fp32 integers, so every
 // rounding below can be checked by hand: fp32 has 24 significant bits, so above 2^24 only even
 // integers, above 2^25 only multiples of 4, ..., exist, and ties go to the even significand).
-// `binary_bins` is the result of SPEC 7's binary-bins order; `sequential` that of ascending k.
-// For K = 3, 5 and 6 an exhaustive search over every bracketing and operand order (3, 105 and
-// 945 sum trees) found no other order giving binary_bins' bits; for K >= 8 the values differ from
-// ascending and descending k, and from binary bins with any other bin count B (the bin count and
-// the order of the extra evens are what implementations get wrong).
+// `binary_bins` is the result of docs/contract.md section 7's binary-bins order; `sequential` that
+// of ascending k. For K = 3, 5 and 6 an exhaustive search over every bracketing and operand order
+// (3, 105 and 945 sum trees) found no other order giving binary_bins' bits; for K >= 8 the values
+// differ from ascending and descending k, and from binary bins with any other bin count B (the bin
+// count and the order of the extra evens are what implementations get wrong).
 
 struct OrderCase {
   int64_t topk;
@@ -128,10 +128,9 @@ TEST_P(BinaryBinsOrder, HandWorkedSumsOnlyThisOrderGives) {
     SCOPED_TRACE(testing::Message() << "K = " << c.topk);
     const OrderInputs in = order_inputs(c);
     GuardedMatrix<float> out(1, kOrderHidden);
-    const mpg::Status s =
-        mpg::init_routing_v2_grad<float, int32_t>(in.grad.const_view(), in.indices, c.topk,
-                                                  Mode::kDropless, out.view(),
-                                                  mpg_test::path_options(GetParam()));
+    const mpg::Status s = mpg::init_routing_v2_grad<float, int32_t>(
+        in.grad.const_view(), in.indices, c.topk, Mode::kDropless, out.view(),
+        mpg_test::path_options(GetParam()));
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t h = 0; h < kOrderHidden; ++h) {
       ASSERT_EQ(bits_of(out.at(0, h)), bits_of(c.binary_bins * column_scale(h))) << "h = " << h;
@@ -139,8 +138,8 @@ TEST_P(BinaryBinsOrder, HandWorkedSumsOnlyThisOrderGives) {
     ASSERT_TRUE(out.guards_intact());
     // The same data summed in PermuteGrad's ascending order: the cases do tell the orders apart.
     GuardedMatrix<float> sequential(1, kOrderHidden);
-    ASSERT_TRUE(mpg_test::run_permute_grad(in.grad, in.indices, c.topk, Mode::kDropless,
-                                           sequential, mpg_test::path_options(GetParam()))
+    ASSERT_TRUE(mpg_test::run_permute_grad(in.grad, in.indices, c.topk, Mode::kDropless, sequential,
+                                           mpg_test::path_options(GetParam()))
                     .ok());
     EXPECT_EQ(bits_of(sequential.at(0, 0)), bits_of(c.sequential * column_scale(0)));
   }
@@ -165,14 +164,15 @@ TEST_P(BinaryBinsOrder, DroppedCopiesAndSignedZeros) {
       -1, 10, 1,  2,   // (+0 + -0) + (1.5 + 0.25) = 1.75
       11, -1, -1, -1,  // -0 + (+0) = +0, where ascending k would keep the lone -0
   };
-  const uint32_t want[] = {0x00000000u, 0x00000000u, 0x80000000u,
+  const uint32_t want[] = {0x00000000u, 0x00000000u,    0x80000000u,
                            0x00000000u, bits_of(1.75f), 0x00000000u};
   GuardedMatrix<float> out(6, hidden);
   const mpg::Status s = mpg::init_routing_v2_grad<float, int32_t>(
       grad.const_view(), indices, 4, Mode::kPadded, out.view(), mpg_test::path_options(GetParam()));
   ASSERT_TRUE(s.ok()) << s.message();
   for (int64_t t = 0; t < 6; ++t) {
-    for (int64_t h = 0; h < hidden; ++h) ASSERT_EQ(bits_of(out.at(t, h)), want[t]) << t << ", " << h;
+    for (int64_t h = 0; h < hidden; ++h)
+      ASSERT_EQ(bits_of(out.at(t, h)), want[t]) << t << ", " << h;
   }
   EXPECT_TRUE(out.guards_intact());
 }
@@ -185,8 +185,9 @@ INSTANTIATE_TEST_SUITE_P(Paths, BinaryBinsOrder, ::testing::ValuesIn(mpg_test::k
                          path_param_name);
 
 // ---------------------------------------------------------------------------------------------
-// The two-phase API: SPEC 8's table of (drop_pad_mode, active_num) and G shapes. Values are
-// small integers, so every order of adds is exact and the expected sums are plain double sums.
+// The two-phase API: docs/contract.md section 8's table of (drop_pad_mode, active_num) and G
+// shapes. Values are small integers, so every order of adds is exact and the expected sums are
+// plain double sums.
 
 using namespace mpg::aclnn;  // NOLINT(google-build-using-namespace)
 
@@ -341,8 +342,7 @@ std::vector<ErrorCase> error_cases() {
        [](V2GradCall& c) { c.drop_pad_mode = 2; }},
       {"DropPadModeNegative", kErrParamInvalid, "drop_pad_mode = -1 must be 0",
        [](V2GradCall& c) { c.drop_pad_mode = -1; }},
-      {"TopKZero", kErrParamInvalid, "top_k = 0 must be >= 1",
-       [](V2GradCall& c) { c.top_k = 0; }},
+      {"TopKZero", kErrParamInvalid, "top_k = 0 must be >= 1", [](V2GradCall& c) { c.top_k = 0; }},
       {"TopKNegative", kErrParamInvalid, "top_k = -2 must be >= 1",
        [](V2GradCall& c) { c.top_k = -2; }},
       {"ActiveNumNegative", kErrParamInvalid, "active_num = -1 must be >= 0",
@@ -351,12 +351,16 @@ std::vector<ErrorCase> error_cases() {
        [](V2GradCall& c) { c.active_num = 9; }},
       {"GradRowsNotNKWhenAllActive", kErrParamInvalid,
        "grad_expanded_x has 6 rows but must have len(expanded_row_idx) = 8",
-       [](V2GradCall& c) { c.grad_dims = {6, 8}; }},
+       [](V2GradCall& c) {
+         c.grad_dims = {6, 8};
+       }},
       {"GradRowsNotActiveNum", kErrParamInvalid,
        "grad_expanded_x has 8 rows but must have active_num = 5",
        [](V2GradCall& c) { c.active_num = 5; }},
       {"Grad3dInDroplessMode", kErrParamInvalid, "grad_expanded_x has rank 3",
-       [](V2GradCall& c) { c.grad_dims = {2, 4, 8}; }},
+       [](V2GradCall& c) {
+         c.grad_dims = {2, 4, 8};
+       }},
       {"Grad1dInDropPadMode", kErrParamInvalid, "grad_expanded_x has rank 1",
        [](V2GradCall& c) {
          c.drop_pad_mode = 1;
@@ -365,11 +369,15 @@ std::vector<ErrorCase> error_cases() {
       {"IndicesNotMultipleOfTopK", kErrParamInvalid,
        "expanded_row_idx has 8 elements, which is not a multiple of top_k = 3",
        [](V2GradCall& c) { c.top_k = 3; }},
-      {"OutRows", kErrParamInvalid, "out has 3 rows but must have N = len(expanded_row_idx) / top_k",
-       [](V2GradCall& c) { c.out_dims = {3, 8}; }},
-      {"OutHidden", kErrParamInvalid,
-       "out has hidden size 7 but grad_expanded_x has hidden size 8",
-       [](V2GradCall& c) { c.out_dims = {4, 7}; }},
+      {"OutRows", kErrParamInvalid,
+       "out has 3 rows but must have N = len(expanded_row_idx) / top_k",
+       [](V2GradCall& c) {
+         c.out_dims = {3, 8};
+       }},
+      {"OutHidden", kErrParamInvalid, "out has hidden size 7 but grad_expanded_x has hidden size 8",
+       [](V2GradCall& c) {
+         c.out_dims = {4, 7};
+       }},
       {"DtypeMismatch", kErrParamInvalid, "out dtype 1 differs from grad_expanded_x dtype 0",
        [](V2GradCall& c) { c.out_dtype = DataType::kFloat16; }},
       {"IndexDtype", kErrParamInvalid, "expanded_row_idx dtype 0 is not supported",
@@ -378,7 +386,8 @@ std::vector<ErrorCase> error_cases() {
        [](V2GradCall& c) { c.out = static_cast<float*>(c.grad) + 8; }},
       {"DuplicateIndex", kErrParamInvalid, "expanded_row_idx[7] = 0 duplicates expanded_row_idx[",
        [](V2GradCall& c) { static_cast<int32_t*>(c.indices)[7] = 0; }},
-      {"IndexOutOfRangeDropPad", kErrParamInvalid, "expanded_row_idx[2] = 8 is out of range [-1, 8)",
+      {"IndexOutOfRangeDropPad", kErrParamInvalid,
+       "expanded_row_idx[2] = 8 is out of range [-1, 8)",
        [](V2GradCall& c) {
          c.drop_pad_mode = 1;
          static_cast<int32_t*>(c.indices)[2] = 8;
@@ -415,8 +424,9 @@ TEST_P(InitRoutingV2GradErrors, StatusMessageAndOutUntouched) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Aclnn, InitRoutingV2GradErrors,
-                         ::testing::Range<size_t>(0, error_cases().size()),
-                         [](const auto& info) { return std::string(error_cases()[info.param].name); });
+                         ::testing::Range<size_t>(0, error_cases().size()), [](const auto& info) {
+                           return std::string(error_cases()[info.param].name);
+                         });
 
 // The typed layer names the same arguments.
 TEST(InitRoutingV2GradTyped, ErrorsNameTheOpsArguments) {
@@ -446,9 +456,9 @@ TEST(InitRoutingV2GradTyped, EigenOverload) {
   for (int r = 0; r < 6; ++r) grad.row(r).setConstant(static_cast<float>(r + 1));
   const std::vector<int32_t> indices = {5, 0, 3, 1, 4, 2};
   RowMajor out(2, 5);
-  ASSERT_TRUE(mpg::init_routing_v2_grad(grad, mpg::IndexView<int32_t>(indices), 3,
-                                        Mode::kDropless, out)
-                  .ok());
+  ASSERT_TRUE(
+      mpg::init_routing_v2_grad(grad, mpg::IndexView<int32_t>(indices), 3, Mode::kDropless, out)
+          .ok());
   // Token 0: rows 5, 0, 3 = 6 + 1 + 4; token 1: rows 1, 4, 2 = 2 + 5 + 3.
   EXPECT_EQ(out(0, 0), 11.0f);
   EXPECT_EQ(out(1, 4), 10.0f);

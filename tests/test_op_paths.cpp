@@ -87,9 +87,8 @@ void sweep(PathCase path, Mode mode, Op op) {
         for (const int threads : kThreadCounts) {
           SCOPED_TRACE(testing::Message()
                        << "H = " << hidden << ", K = " << topk << ", N = " << tokens
-                       << ", R = " << routing.grad_rows << ", threads = " << threads
-                       << ", layout " << static_cast<int>(layout) << ", probs "
-                       << mpg::name_of(probs_dtype));
+                       << ", R = " << routing.grad_rows << ", threads = " << threads << ", layout "
+                       << static_cast<int>(layout) << ", probs " << mpg::name_of(probs_dtype));
           auto got = make_matrix<T>(tokens, hidden, layout, 5);
           const mpg::Status s = run(got, mpg_test::path_options(path, threads));
           ASSERT_TRUE(s.ok()) << s.message();
@@ -111,11 +110,10 @@ class OpPathsMatchReference : public ::testing::TestWithParam<Param> {};
 TEST_P(OpPathsMatchReference, AllSizesTopKsAndThreadCounts) {
   const auto [path, dtype, index_type, mode, op] = GetParam();
   MPG_SKIP_IF_UNSUPPORTED(path);
-  mpg::detail::dispatch(dtype, index_type, mode,
-                        [path = path, mode = mode, op = op](auto t, auto i, auto) {
-                          sweep<typename decltype(t)::type, typename decltype(i)::type>(path, mode,
-                                                                                        op);
-                        });
+  mpg::detail::dispatch(
+      dtype, index_type, mode, [path = path, mode = mode, op = op](auto t, auto i, auto) {
+        sweep<typename decltype(t)::type, typename decltype(i)::type>(path, mode, op);
+      });
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {

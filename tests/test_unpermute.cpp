@@ -19,8 +19,8 @@ template <class T, class I, class P>
 mpg::Status run_unpermute(const GuardedMatrix<T>& tokens, const std::vector<I>& indices,
                           const GuardedMatrix<P>& probs, GuardedMatrix<T>& out,
                           const mpg::Options& options, Mode mode = Mode::kDropless) {
-  return mpg::unpermute<T, I, P>(tokens.const_view(), indices, probs.const_view(), mode,
-                                 out.view(), options);
+  return mpg::unpermute<T, I, P>(tokens.const_view(), indices, probs.const_view(), mode, out.view(),
+                                 options);
 }
 
 template <class T>
@@ -157,13 +157,13 @@ TEST_P(UnpermuteHandWorked, WithoutProbsGathersKeptRows) {
   fill_rows(tokens, {7.0f, -0.0f, -3.0f});
   const std::vector<int32_t> indices = {2, 4, 0, 3, 1};
   GuardedMatrix<half> out(5, hidden);
-  const mpg::Status s =
-      mpg::unpermute<half, int32_t>(tokens.const_view(), indices, Mode::kDropless, out.view(),
-                                    options());
+  const mpg::Status s = mpg::unpermute<half, int32_t>(tokens.const_view(), indices, Mode::kDropless,
+                                                      out.view(), options());
   ASSERT_TRUE(s.ok()) << s.message();
   const uint16_t want[] = {bits_of(half(-3.0f)), 0x0000, bits_of(half(7.0f)), 0x0000, 0x8000};
   for (int64_t i = 0; i < 5; ++i) {
-    for (int64_t h = 0; h < hidden; ++h) ASSERT_EQ(bits_of(out.at(i, h)), want[i]) << i << ", " << h;
+    for (int64_t h = 0; h < hidden; ++h)
+      ASSERT_EQ(bits_of(out.at(i, h)), want[i]) << i << ", " << h;
   }
 }
 
@@ -213,9 +213,9 @@ TEST(UnpermuteProperties, AdjointOfForwardPermute) {
   for (PathCase path : mpg_test::kAllPaths) {
     if (!mpg_test::path_supported(path)) continue;
     GuardedMatrix<float> back(tokens, hidden);
-    const mpg::Status s = mpg::unpermute<float, int32_t>(
-        y.const_view(), routing.sorted_indices, Mode::kDropless, back.view(),
-        mpg_test::path_options(path, 3));
+    const mpg::Status s =
+        mpg::unpermute<float, int32_t>(y.const_view(), routing.sorted_indices, Mode::kDropless,
+                                       back.view(), mpg_test::path_options(path, 3));
     ASSERT_TRUE(s.ok()) << s.message();
     double lhs = 0, rhs = 0, magnitude = 0;
     for (int64_t r = 0; r < routing.grad_rows; ++r) {
@@ -248,11 +248,12 @@ void expect_sum_of_out(std::mt19937_64& rng, PathCase path) {
     }
   }
   GuardedMatrix<T> out(tokens, hidden);
-  const mpg::Status s = run_unpermute(x, routing.sorted_indices, probs, out,
-                                      mpg_test::path_options(path, 2));
+  const mpg::Status s =
+      run_unpermute(x, routing.sorted_indices, probs, out, mpg_test::path_options(path, 2));
   ASSERT_TRUE(s.ok()) << s.message();
-  const double unit_t = std::is_same_v<T, float> ? 0x1p-24 : std::is_same_v<T, half> ? 0x1p-11
-                                                                                     : 0x1p-8;
+  const double unit_t = std::is_same_v<T, float>  ? 0x1p-24
+                        : std::is_same_v<T, half> ? 0x1p-11
+                                                  : 0x1p-8;
   double got = 0, want = 0, bound = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < hidden; ++h) {
@@ -260,8 +261,8 @@ void expect_sum_of_out(std::mt19937_64& rng, PathCase path) {
       for (int64_t k = 0; k < topk; ++k) {
         const int64_t row = routing.sorted_indices[t * topk + k];
         if (row >= routing.grad_rows) continue;
-        const double term = double(static_cast<float>(x.at(row, h))) *
-                            double(static_cast<float>(probs.at(t, k)));
+        const double term =
+            double(static_cast<float>(x.at(row, h))) * double(static_cast<float>(probs.at(t, k)));
         want += term;
         magnitude += std::abs(term);
       }
@@ -346,10 +347,10 @@ void expect_round_trip(std::mt19937_64& rng, int64_t tokens, int64_t topk, int64
 
 TEST(UnpermuteRoundTrip, TokenPermuteThenUnpermute) {
   std::mt19937_64 rng(94);
-  expect_round_trip<bfloat16, int32_t>(rng, 50, 4, 9, 0);     // n = N*K: nothing dropped
-  expect_round_trip<bfloat16, int32_t>(rng, 50, 4, 9, -17);   // the 17 highest ranks dropped
-  expect_round_trip<float, int64_t>(rng, 33, 3, 5, 70);       // n = 70 < N*K = 99
-  expect_round_trip<half, int32_t>(rng, 20, 8, 16, 1000);     // clamped to N*K
+  expect_round_trip<bfloat16, int32_t>(rng, 50, 4, 9, 0);    // n = N*K: nothing dropped
+  expect_round_trip<bfloat16, int32_t>(rng, 50, 4, 9, -17);  // the 17 highest ranks dropped
+  expect_round_trip<float, int64_t>(rng, 33, 3, 5, 70);      // n = 70 < N*K = 99
+  expect_round_trip<half, int32_t>(rng, 20, 8, 16, 1000);    // clamped to N*K
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,8 +384,9 @@ aclnnStatus run_two_phase(const UnpermuteCall& c) {
   Tensor* x = c.null_tokens ? nullptr
                             : CreateTensor(c.tokens_dims.data(), c.tokens_dims.size(),
                                            c.tokens_dtype, nullptr, 0, c.tokens);
-  Tensor* s =
-      c.null_indices ? nullptr : CreateTensor(&c.num_indices, 1, c.index_dtype, nullptr, 0, c.indices);
+  Tensor* s = c.null_indices
+                  ? nullptr
+                  : CreateTensor(&c.num_indices, 1, c.index_dtype, nullptr, 0, c.indices);
   Tensor* p = c.probs == nullptr ? nullptr
                                  : CreateTensor(c.probs_dims.data(), c.probs_dims.size(),
                                                 c.probs_dtype, nullptr, 0, c.probs);
@@ -397,7 +399,7 @@ aclnnStatus run_two_phase(const UnpermuteCall& c) {
   uint64_t workspace_size = 0;
   Executor* executor = nullptr;
   const aclnnStatus first = MoeTokenUnpermuteGetWorkspaceSize(x, s, p, c.padded_mode, restore, o,
-                                                         &workspace_size, &executor);
+                                                              &workspace_size, &executor);
   DestroyTensor(x);
   DestroyTensor(s);
   DestroyTensor(p);
@@ -495,12 +497,18 @@ std::vector<ErrorCase> error_cases() {
        [](UnpermuteCall& c) { c.probs_dims = {8}; }},
       {"ProbsRows", kErrParamInvalid,
        "probs has shape [2, 2] but must be [N, K] with N = len(sorted_indices) / K = 8 / 2 = 4",
-       [](UnpermuteCall& c) { c.probs_dims = {2, 2}; }},
+       [](UnpermuteCall& c) {
+         c.probs_dims = {2, 2};
+       }},
       {"ProbsColsNotDividing", kErrParamInvalid,
        "sorted_indices has 8 elements, which is not a multiple of K (probs dim 1) = 3",
-       [](UnpermuteCall& c) { c.probs_dims = {2, 3}; }},
+       [](UnpermuteCall& c) {
+         c.probs_dims = {2, 3};
+       }},
       {"ProbsColsZero", kErrParamInvalid, "K (probs dim 1) = 0 must be >= 1",
-       [](UnpermuteCall& c) { c.probs_dims = {4, 0}; }},
+       [](UnpermuteCall& c) {
+         c.probs_dims = {4, 0};
+       }},
       {"RestoreShapeValues", kErrParamInvalid,
        "restore_shape = [4, 7] does not describe out, whose shape is [4, 6]",
        [](UnpermuteCall& c) {
@@ -513,16 +521,22 @@ std::vector<ErrorCase> error_cases() {
          c.restore_shape = {24};
        }},
       {"OutRows", kErrParamInvalid, "out has 5 rows but must have N = len(sorted_indices) / K",
-       [](UnpermuteCall& c) { c.out_dims = {5, 6}; }},
+       [](UnpermuteCall& c) {
+         c.out_dims = {5, 6};
+       }},
       {"OutRowsWithoutProbs", kErrParamInvalid,
        "out has 4 rows but must have N = len(sorted_indices) / K = 8 / 1 = 8",
        [](UnpermuteCall& c) { c.probs = nullptr; }},
       {"OutHidden", kErrParamInvalid, "out has hidden size 5 but permuted_tokens has hidden size 6",
-       [](UnpermuteCall& c) { c.out_dims = {4, 5}; }},
+       [](UnpermuteCall& c) {
+         c.out_dims = {4, 5};
+       }},
       {"OutDtype", kErrParamInvalid, "out dtype 27 differs from permuted_tokens dtype 0",
        [](UnpermuteCall& c) { c.out_dtype = DataType::kBFloat16; }},
       {"TooManyRows", kErrParamInvalid, "permuted_tokens has 9 rows, more than N * K",
-       [](UnpermuteCall& c) { c.tokens_dims = {9, 6}; }},
+       [](UnpermuteCall& c) {
+         c.tokens_dims = {9, 6};
+       }},
       {"OutOverlapsProbs", kErrParamInvalid, "out overlaps probs in memory",
        [](UnpermuteCall& c) { c.out = c.probs; }},
       {"OutOverlapsTokens", kErrParamInvalid, "out overlaps permuted_tokens in memory",
@@ -567,7 +581,9 @@ TEST_P(UnpermuteErrors, StatusMessageAndOutUntouched) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Aclnn, UnpermuteErrors, ::testing::Range<size_t>(0, error_cases().size()),
-                         [](const auto& info) { return std::string(error_cases()[info.param].name); });
+                         [](const auto& info) {
+                           return std::string(error_cases()[info.param].name);
+                         });
 
 // The typed layer: the same rules, with probs of any element type.
 TEST(UnpermuteTyped, ErrorsNameTheArguments) {
@@ -597,7 +613,8 @@ TEST(UnpermuteTyped, EigenOverloads) {
   Probs probs(2, 2);
   probs << bfloat16(0.5f), bfloat16(2.0f), bfloat16(1.0f), bfloat16(-1.0f);
   Rows out(2, 3);
-  ASSERT_TRUE(mpg::unpermute(x, mpg::IndexView<int32_t>(indices), probs, Mode::kDropless, out).ok());
+  ASSERT_TRUE(
+      mpg::unpermute(x, mpg::IndexView<int32_t>(indices), probs, Mode::kDropless, out).ok());
   EXPECT_EQ(out(0, 0), 3.0f * 0.5f + 1.0f * 2.0f);
   EXPECT_EQ(out(1, 2), 4.0f * 1.0f - 2.0f);
   Rows gathered(4, 3);

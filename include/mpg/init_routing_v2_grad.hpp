@@ -12,7 +12,8 @@
 //     for s = 1, 2, 4, .. < B:       bin[i] = bin[i] + bin[i+s] for i = 0, 2s, 4s, .. < B
 //     out[t][h] = T(bin[0])                               // round to nearest, ties even
 //
-//   e.g. K=3: (x0+x2)+x1;  K=6: (((x0+x4)+x1)+x5)+(x2+x3);  K=8: ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7))
+//   e.g. K=3: (x0+x2)+x1;  K=6: (((x0+x4)+x1)+x5)+(x2+x3);  K=8:
+//   ((x0+x1)+(x2+x3))+((x4+x5)+(x6+x7))
 //
 //   kept(k) = S[t*K+k] < rows(G)  Mode::kDropless: drop_pad_mode 0; rows(G) = active_num, or N*K
 //                                                  when active_num = 0; S a permutation of [0, N*K)

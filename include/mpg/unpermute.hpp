@@ -4,11 +4,11 @@
 // What it computes. X = permuted_tokens [R, H], S = sorted_indices [N*K], P = probs [N, K]:
 //
 //   for t in [0, N), h in [0, H):
-//     kept(k) = S[t*K+k] < R and P[t][k] != 0             // a zero weight (+0 or -0) drops the copy
-//     y[k] = float(float(X[S[t*K+k]][h]) * float(P[t][k]))  // fp32 product, rounded on its own
-//     float acc = kept(0) ? y[0] : +0.0f
-//     for k in [1, K): if kept(k): acc = acc + y[k]        // ascending k, one IEEE add each
-//     out[t][h] = T(acc)                                   // round to nearest, ties even
+//     kept(k) = S[t*K+k] < R and P[t][k] != 0             // a zero weight (+0 or -0) drops the
+//     copy y[k] = float(float(X[S[t*K+k]][h]) * float(P[t][k]))  // fp32 product, rounded on its
+//     own float acc = kept(0) ? y[0] : +0.0f for k in [1, K): if kept(k): acc = acc + y[k] //
+//     ascending k, one IEEE add each out[t][h] = T(acc)                                   // round
+//     to nearest, ties even
 //
 // No FMA (multiply and add round separately), no FTZ/DAZ. A dropped copy is never read, so an
 // Inf or NaN in its row does not reach out; a NaN weight is kept (NaN != 0). P may be float,

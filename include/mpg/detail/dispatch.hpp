@@ -33,8 +33,8 @@ decltype(auto) dispatch(DType dtype, IndexType index_type, Mode mode, F&& f) {
   });
 }
 
-// The sums the kernels compute: an order (SPEC 7) and whether each copy is weighted. A set of
-// them (a bitmask) says which a caller can meet, so that a program calling only
+// The sums the kernels compute: an order (docs/contract.md section 7) and whether each copy is
+// weighted. A set of them (a bitmask) says which a caller can meet, so that a program calling only
 // mpg::permute_grad does not compile the binary-bins and weighted kernels too.
 enum SumKind : unsigned {
   kSequentialSum = 1u,  // PermuteGrad; Unpermute without probs

@@ -51,10 +51,10 @@ Status execute(const Problem& p, uint8_t* scratch, const Options& options) {
     if (Status s = check_indices(indices, kMode, p.grad.rows, scratch, p.names); !s.ok()) return s;
     if (options.path == Path::kReference) {
       reference_gather_sum<T, I, kMode, kOrder, kWeighted>(grad_view<T>(p), indices, p.topk,
-                                                            weights_view(p), out_view<T>(p));
+                                                           weights_view(p), out_view<T>(p));
     } else {
       fast_gather_sum<T, I, kMode, kOrder, kWeighted>(grad_view<T>(p), indices, p.topk,
-                                                       weights_view(p), out_view<T>(p), options);
+                                                      weights_view(p), out_view<T>(p), options);
     }
     return {};
   });

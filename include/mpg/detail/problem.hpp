@@ -36,8 +36,8 @@ struct Problem {
   int64_t num_indices = 0;
   int64_t topk = 0;
   Matrix out;  // written, despite the const void*: the typed views restore the type
-  // How a token's kept copies are summed (SPEC 7), and whether each is first multiplied by its
-  // weight weights[t][k] ([N, K], weights_dtype, independent of dtype).
+  // How a token's kept copies are summed (docs/contract.md section 7), and whether each is first
+  // multiplied by its weight weights[t][k] ([N, K], weights_dtype, independent of dtype).
   Order order = Order::kSequential;
   bool weighted = false;
   Matrix weights;

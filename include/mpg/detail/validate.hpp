@@ -195,8 +195,11 @@ inline Status check_shapes(const Problem& p) {
 inline int64_t index_bitmap_bits(Mode mode, int64_t num_indices, int64_t grad_rows) {
   return mode == Mode::kDropless ? num_indices : grad_rows;
 }
+// Never negative and below 2^60 whatever the arguments (shapes are checked before, but the
+// compiler cannot know that where it inlines a refused problem), so the memset is bounded.
 inline uint64_t index_bitmap_bytes(Mode mode, int64_t num_indices, int64_t grad_rows) {
-  return static_cast<uint64_t>((index_bitmap_bits(mode, num_indices, grad_rows) + 7) / 8);
+  const int64_t bits = std::max<int64_t>(0, index_bitmap_bits(mode, num_indices, grad_rows));
+  return static_cast<uint64_t>(bits / 8 + (bits % 8 != 0 ? 1 : 0));
 }
 // A sorted copy of the indices, as int64 (+7 bytes to align it inside any workspace).
 inline uint64_t index_sort_bytes(int64_t num_indices) {
