@@ -33,6 +33,19 @@ decltype(auto) dispatch(DType dtype, IndexType index_type, Mode mode, F&& f) {
   });
 }
 
+// MoeTokenUnpermuteGrad's switch: calls f(TypeTag<T>{}, TypeTag<P>{}, TypeTag<I>{}) with T the
+// token dtype and P the probs dtype, both from the arithmetic rows of the dtype table, and I the
+// index type. Without probs the caller passes float32 for P (the kernels then never read it).
+template <class F>
+decltype(auto) dispatch(DType dtype, DType probs_dtype, IndexType index_type, F&& f) {
+  return visit_dtype(ElementTypeList{}, dtype, [&](auto t) -> decltype(auto) {
+    return visit_dtype(ElementTypeList{}, probs_dtype, [&](auto w) -> decltype(auto) {
+      return visit_index_type(AllIndexTypes{}, index_type,
+                              [&](auto i) -> decltype(auto) { return f(t, w, i); });
+    });
+  });
+}
+
 // The sums the kernels compute: an order (docs/contract.md section 7) and whether each copy is
 // weighted. A set of them (a bitmask) says which a caller can meet, so that a program calling only
 // mpg::permute_grad does not compile the binary-bins and weighted kernels too.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "mpg/detail/mode.hpp"
+#include "mpg/detail/unpermute_grad_args.hpp"  // the other kernel the kernel sets compile
 #include "mpg/types.hpp"
 
 // The one computation behind every gather-and-sum op: out[t] = a fixed-order fp32 sum of the

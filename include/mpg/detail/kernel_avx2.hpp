@@ -55,6 +55,13 @@ struct Vec {
     return p;
   }
 
+  // Adjacent-lane sums of a then b: hadd pairs within 128-bit halves ([a01 a23 b01 b23 | a45
+  // a67 b45 b67]); the 64-bit permute puts the pairs back in order.
+  MPG_ALWAYS_INLINE static F pair_add(F a, F b) {
+    const __m256d h = _mm256_castps_pd(_mm256_hadd_ps(a, b));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(h, 0xD8));
+  }
+
   template <class T>
   MPG_ALWAYS_INLINE static F load(const T* p) {
     if constexpr (std::is_same_v<T, float>) {

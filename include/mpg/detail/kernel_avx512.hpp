@@ -59,6 +59,15 @@ struct Vec {
     return p;
   }
 
+  // Adjacent-lane sums of a then b: the even lanes of (a, b) plus the odd lanes.
+  MPG_ALWAYS_INLINE static F pair_add(F a, F b) {
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd =
+        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    return _mm512_add_ps(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
+  }
+
   MPG_ALWAYS_INLINE static F widen16(__m256i bits, std::true_type /*bf16*/) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
   }

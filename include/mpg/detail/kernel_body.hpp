@@ -10,7 +10,9 @@
 //   zero(), set1(float), add(F, F), mul(F, F) (rounded product the compiler cannot contract),
 //   load<T>(p), load_partial<T>(p, n), store<T>(p, v), store_partial<T>(p, v, n),
 //   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), prefetch(p), fence(),
-//   and kPrefetchBytes, the in-row prefetch distance.
+//   and kPrefetchBytes, the in-row prefetch distance;
+//   pair_add(a, b): the sums of adjacent lanes of the 2 * kLanes values a then b, in order,
+//   [a0+a1, a2+a3, .., b0+b1, ..] (with one lane: a0+b0), for MoeTokenUnpermuteGrad's tree.
 // load_partial/store_partial touch only the n < kLanes elements at p.
 
 #ifndef MPG_KERNEL_NAMESPACE
@@ -197,6 +199,12 @@ void narrow(const float* in, T* out, int64_t n) {
   }
 }
 
+}  // namespace mpg::detail::MPG_KERNEL_NAMESPACE
+
+#include "mpg/detail/kernel_unpermute_grad_body.hpp"
+
+namespace mpg::detail::MPG_KERNEL_NAMESPACE {
+
 // This kernel set's entry points, for the table in kernel_table.hpp.
 struct Kernels : Target {
   using Traits = Vec;
@@ -206,6 +214,8 @@ struct Kernels : Target {
   static constexpr void (*kWiden)(const T*, float*, int64_t) = &widen<T>;
   template <class T>
   static constexpr void (*kNarrow)(const float*, T*, int64_t) = &narrow<T>;
+  template <class T, class P, class I>
+  static constexpr UnpermuteGradKernel<T, P, I> kUnpermuteGrad = &unpermute_grad<T, P, I>;
 };
 
 }  // namespace mpg::detail::MPG_KERNEL_NAMESPACE

@@ -29,6 +29,7 @@ struct Vec {
   static F set1(float x) { return x; }
   static F add(F a, F b) { return a + b; }
   static F mul(F a, F b) { return product_fp32(a, b); }
+  static F pair_add(F a, F b) { return a + b; }  // one lane each: the pair is (a0, b0)
   template <class T>
   static F load(const T* p) {
     return static_cast<float>(*p);
