@@ -9,7 +9,9 @@
 // bytes of out's elements changed (row gaps and guards keep the sentinel), out equals the op's
 // typed API with Path::kReference bit for bit, and out shared no byte with any input
 // (brute-force byte sets); a consumed executor is rejected. Inputs starting with 'P' drive
-// MoeTokenPermute under the same invariants (see run_token_permute).
+// MoeTokenPermute and inputs starting with 'G' MoeTokenUnpermuteGrad (two outputs, either laid
+// over any input or the other output) under the same invariants (run_token_permute,
+// run_unpermute_grad).
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <algorithm>
@@ -860,14 +862,302 @@ void run_token_permute(FuzzedDataProvider& in) {
   }
 }
 
+// ---- MoeTokenUnpermuteGrad ('G'-prefixed inputs) -------------------------------------------
+// X [R, H], g [N, H], S [N*K], P [N, K] (or none, K = 1), outputs dX [N*K, H] and dP [N, K] in
+// one arena; either output may be laid over any input or over the other output. Invariants as
+// above: on an error no arena byte changes; on success only the outputs' elements change, they
+// equal mpg::unpermute_grad on Path::kReference, and no output byte is another operand's.
+
+// Contiguous copy of a 2-D tensor's elements from a snapshot of the arena.
+std::vector<uint8_t> gather_matrix(const Desc& d, const uint8_t* before) {
+  const int64_t es = element_size(d.dtype);
+  const int64_t cols = d.dims.size() == 2 ? d.dims[1] : 1;
+  std::vector<uint8_t> v(static_cast<size_t>(std::max<int64_t>(num_elements(d) * es, 8)));
+  for_each_element(d, [&](const std::vector<int64_t>& idx, int64_t b) {
+    const int64_t i = idx.size() == 2 ? idx[0] * cols + idx[1] : idx[0];
+    std::memcpy(&v[i * es], before + b, static_cast<size_t>(es));
+  });
+  return v;
+}
+
+template <class T, class I, class P>
+void check_unpermute_grad(const Desc& x, const Desc& g, const Desc& s, const Desc* p,
+                          const Desc& dx, const Desc* dp, const uint8_t* before,
+                          const uint8_t* after, acl::aclnnStatus phase2,
+                          const std::string& phase2_message) {
+  const int64_t hidden = g.dims[1];
+  const std::vector<uint8_t> tokens = gather_matrix(x, before);
+  const std::vector<uint8_t> grad = gather_matrix(g, before);
+  const std::vector<uint8_t> index_bytes = gather_matrix(s, before);
+  const int64_t n = s.dims[0];
+  std::vector<T> want_dx(static_cast<size_t>(std::max<int64_t>(n * hidden, 1)));
+  mpg::Options options;
+  options.path = mpg::Path::kReference;
+  const mpg::ConstMatrixView<T> xv(reinterpret_cast<const T*>(tokens.data()), x.dims[0], hidden);
+  const mpg::ConstMatrixView<T> gv(reinterpret_cast<const T*>(grad.data()), g.dims[0], hidden);
+  const mpg::IndexView<I> sv(reinterpret_cast<const I*>(index_bytes.data()), n);
+  const mpg::MatrixView<T> dxv(want_dx.data(), n, hidden);
+  std::vector<P> want_dp;
+  mpg::Status ref;
+  if (p != nullptr) {
+    const std::vector<uint8_t> probs = gather_matrix(*p, before);
+    want_dp.resize(static_cast<size_t>(std::max<int64_t>(num_elements(*p), 1)));
+    ref = mpg::unpermute_grad<T, P, I>(
+        xv, gv, sv, {reinterpret_cast<const P*>(probs.data()), p->dims[0], p->dims[1]}, dxv,
+        {want_dp.data(), p->dims[0], p->dims[1]}, options);
+  } else {
+    ref = mpg::unpermute_grad<T, I>(xv, gv, sv, dxv, options);
+  }
+  FUZZ_CHECK(ref.ok() == (phase2 == acl::kSuccess));
+  if (!ref.ok()) {
+    FUZZ_CHECK(mpg::to_aclnn_status(ref.code()) == phase2);
+    FUZZ_CHECK(ref.message() == phase2_message);
+    return;
+  }
+  for_each_element(dx, [&](const std::vector<int64_t>& idx, int64_t b) {
+    T got;
+    std::memcpy(&got, after + b, sizeof(T));
+    FUZZ_CHECK(same_bits_or_both_nan(got, want_dx[idx[0] * hidden + idx[1]]));
+  });
+  if (dp == nullptr) return;
+  for_each_element(*dp, [&](const std::vector<int64_t>& idx, int64_t b) {
+    P got;
+    std::memcpy(&got, after + b, sizeof(P));
+    FUZZ_CHECK(same_bits_or_both_nan(got, want_dp[idx[0] * dp->dims[1] + idx[1]]));
+  });
+}
+
+void run_unpermute_grad(FuzzedDataProvider& in) {
+  const bool padded = in.ConsumeIntegralInRange(0, 15) == 0;
+  const bool with_probs = in.ConsumeIntegralInRange(0, 3) != 0;
+  // Rarely the other output's presence does not match probs' (both are errors).
+  const bool with_dp = in.ConsumeIntegralInRange(0, 31) == 0 ? !with_probs : with_probs;
+  const int64_t tokens = in.ConsumeIntegralInRange<int64_t>(0, 5);
+  const int64_t topk = with_probs ? in.ConsumeIntegralInRange<int64_t>(
+                                        in.ConsumeIntegralInRange(0, 15) == 0 ? 0 : 1, 3)
+                                  : 1;
+  // Mostly short rows; sometimes past 64 (the tree's first fold) or 512 (the next shape).
+  const uint8_t length = in.ConsumeIntegralInRange<uint8_t>(0, 7);
+  const int64_t hidden =
+      in.ConsumeIntegralInRange<int64_t>(0, length == 0 ? 600 : (length == 1 ? 140 : 40));
+  const int64_t copies = tokens * topk;
+  const int64_t rows = in.ConsumeIntegralInRange<int64_t>(0, copies);
+
+  Desc x, g, s, p, dx, dp;
+  x.dtype = pick_dtype(in, false);
+  g.dtype = in.ConsumeIntegralInRange(0, 15) == 0 ? pick_dtype(in, false) : x.dtype;
+  dx.dtype = in.ConsumeIntegralInRange(0, 15) == 0 ? pick_dtype(in, false) : x.dtype;
+  s.dtype = pick_dtype(in, true);
+  p.dtype = pick_dtype(in, false);
+  dp.dtype = in.ConsumeIntegralInRange(0, 15) == 0 ? pick_dtype(in, false) : p.dtype;
+  x.dims = {rows, hidden};
+  g.dims = {with_probs ? tokens : copies, hidden};
+  s.dims = {copies};
+  p.dims = {tokens, topk};
+  dx.dims = {copies, hidden};
+  dp.dims = {tokens, topk};
+  switch (in.ConsumeIntegralInRange(0, 31)) {  // rare shape misuse
+    case 0: dx.dims[0] += 1; break;
+    case 1: dx.dims[1] += 1; break;
+    case 2: dp.dims[1] += 1; break;
+    case 3: x.dims[0] = copies + 1; break;
+    case 4: g.dims[0] += 1; break;
+    case 5: p.dims = {copies}; break;
+    case 6: s.dims.push_back(1); break;
+    default: break;
+  }
+  for (Desc* d : {&x, &g, &p, &dx, &dp}) pick_strides(in, d);
+  s.strides.assign(s.dims.size(), 1);
+  if (s.dims.size() == 2) s.strides[0] = s.dims[1];
+  for (Desc* d : {&x, &g, &s, &p, &dx, &dp}) {
+    d->offset = in.ConsumeIntegralInRange<int64_t>(0, 3);
+    d->null_data = in.ConsumeIntegralInRange(0, 31) == 0;
+    d->null_tensor = in.ConsumeIntegralInRange(0, 63) == 0;
+  }
+  std::vector<int64_t> restore = {g.dims[0], hidden};
+  const uint8_t restore_kind = in.ConsumeIntegralInRange<uint8_t>(0, 7);
+  if (restore_kind == 1) restore[1] += 1;
+  if (restore_kind == 2) restore.pop_back();
+
+  // Placement: in order, each after the last; then sometimes an output laid over another
+  // operand, the other output included.
+  const auto align8 = [](int64_t v) { return (v + 7) / 8 * 8; };
+  const auto bounded = [](const Desc& d) {  // a negative stride never passes phase one
+    Desc b = d;
+    for (int64_t& v : b.strides) v = std::max<int64_t>(v, 0);
+    return b;
+  };
+  Desc* order[] = {&x, &g, &s, &p, &dx, &dp};
+  int64_t next = kGuardBytes;
+  for (Desc* d : order) {
+    d->position = next;
+    next = align8(max_byte(bounded(*d)) + in.ConsumeIntegralInRange<int64_t>(0, 2) * 8);
+  }
+  const auto over = [&](Desc* out) {
+    Desc* target = order[in.ConsumeIntegralInRange(0, 5)];
+    if (target != out) out->position = target->position + in.ConsumeIntegralInRange(0, 8) * 8;
+  };
+  switch (in.ConsumeIntegralInRange<uint8_t>(0, 5)) {
+    case 1: over(&dx); break;
+    case 2: over(&dp); break;
+    default: break;
+  }
+  Arena arena;
+  {
+    int64_t end = 0;
+    for (const Desc* d : order) end = std::max(end, max_byte(bounded(*d)));
+    arena.size = align8(end) + kGuardBytes;
+    arena.words.assign(static_cast<size_t>(arena.size / 8), 0);
+    std::memset(arena.bytes(), kSentinel, static_cast<size_t>(arena.size));
+  }
+  // Data: any bits for X, g and P (mostly small values for P), then the index values.
+  for (const Desc* d : {&x, &g, &p}) {
+    const int64_t es = element_size(d->dtype);
+    for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
+      if (b < 0 || b + es > arena.size) return;
+      const uint32_t bits = in.ConsumeIntegral<uint32_t>();
+      std::memcpy(arena.bytes() + b, &bits, static_cast<size_t>(std::min<int64_t>(es, 4)));
+    });
+  }
+  {
+    const std::vector<int64_t> values = pick_indices(in, copies, rows, false);
+    const int64_t ies = element_size(s.dtype);
+    for_each_element(s, [&](const std::vector<int64_t>& idx, int64_t b) {
+      if (b < 0 || b + ies > arena.size || idx[0] >= static_cast<int64_t>(values.size())) return;
+      if (ies == 8) {
+        std::memcpy(arena.bytes() + b, &values[idx[0]], 8);
+      } else if (ies == 4) {
+        const auto v32 = static_cast<int32_t>(values[idx[0]]);
+        std::memcpy(arena.bytes() + b, &v32, 4);
+      }
+    });
+  }
+
+  const std::vector<uint8_t> before(arena.bytes(), arena.bytes() + arena.size);
+  const auto make = [&](const Desc& d) -> acl::Tensor* {
+    if (d.null_tensor) return nullptr;
+    void* data = d.null_data ? nullptr : arena.bytes() + d.position;
+    return acl::CreateTensor(d.dims.data(), d.dims.size(), d.dtype,
+                             d.explicit_strides ? d.strides.data() : nullptr, d.offset, data);
+  };
+  acl::Tensor* x_t = make(x);
+  acl::Tensor* g_t = make(g);
+  acl::Tensor* s_t = make(s);
+  acl::Tensor* p_t = with_probs ? make(p) : nullptr;
+  acl::Tensor* dx_t = make(dx);
+  acl::Tensor* dp_t = with_dp ? make(dp) : nullptr;
+  acl::IntArray* restore_a =
+      restore_kind < 4 ? acl::CreateIntArray(restore.data(), restore.size()) : nullptr;
+  uint64_t workspace_size = 0;
+  acl::Executor* executor = reinterpret_cast<acl::Executor*>(&workspace_size);  // must be reset
+  const acl::aclnnStatus phase1 = acl::MoeTokenUnpermuteGradGetWorkspaceSize(
+      x_t, g_t, s_t, p_t, padded, restore_a, dx_t, dp_t, &workspace_size, &executor);
+  for (acl::Tensor* t : {x_t, g_t, s_t, p_t, dx_t, dp_t}) acl::DestroyTensor(t);
+  acl::DestroyIntArray(restore_a);
+  FUZZ_CHECK(phase1 == acl::kSuccess || phase1 == acl::kErrParamNullptr ||
+             phase1 == acl::kErrParamInvalid);
+  if (phase1 != acl::kSuccess) {
+    FUZZ_CHECK(executor == nullptr);
+    FUZZ_CHECK(std::strlen(acl::GetLastErrorMessage()) > 0);
+    FUZZ_CHECK(std::memcmp(before.data(), arena.bytes(), before.size()) == 0);
+    return;
+  }
+  FUZZ_CHECK(!padded);
+  FUZZ_CHECK(executor != nullptr);
+  // What phase one accepted: the described tensors (a missing one would have been refused).
+  const bool has_probs = p_t != nullptr;
+  FUZZ_CHECK(has_probs == (dp_t != nullptr));
+
+  // Phase one accepted: no output byte is also another operand's byte.
+  constexpr uint8_t kInput = 1;
+  constexpr uint8_t kDx = 2;
+  constexpr uint8_t kDp = 4;
+  std::vector<uint8_t> owner(static_cast<size_t>(arena.size), 0);
+  std::vector<const Desc*> operands = {&x, &g, &s, &dx};
+  if (has_probs) {
+    operands.push_back(&p);
+    operands.push_back(&dp);
+  }
+  std::stable_partition(operands.begin(), operands.end(),
+                        [&](const Desc* d) { return d != &dx && d != &dp; });  // inputs first
+  for (const Desc* d : operands) {
+    const int64_t des = element_size(d->dtype);
+    const uint8_t role = d == &dx ? kDx : d == &dp ? kDp : kInput;
+    for_each_element(*d, [&](const std::vector<int64_t>&, int64_t b) {
+      FUZZ_CHECK(b >= 0 && b + des <= arena.size);
+      for (int64_t i = 0; i < des; ++i) {
+        if (role != kInput) FUZZ_CHECK(owner[b + i] == 0);
+        owner[b + i] |= role;
+      }
+    });
+  }
+
+  const bool short_workspace = workspace_size > (uint64_t{1} << 20) ||
+                               (workspace_size > 0 && in.ConsumeIntegralInRange(0, 15) == 0);
+  const bool arena_workspace = !short_workspace && workspace_size > 0 &&
+                               workspace_size <= static_cast<uint64_t>(arena.size) &&
+                               in.ConsumeIntegralInRange(0, 7) == 0;
+  std::vector<uint8_t> workspace(short_workspace ? 0 : workspace_size + 1, kSentinel);
+  uint8_t* workspace_data = workspace.empty() ? nullptr : workspace.data();
+  int64_t ws_begin = 0;
+  int64_t ws_end = 0;
+  bool ws_overlaps = false;
+  if (arena_workspace) {
+    ws_begin =
+        in.ConsumeIntegralInRange<int64_t>(0, arena.size - static_cast<int64_t>(workspace_size));
+    ws_end = ws_begin + static_cast<int64_t>(workspace_size);
+    workspace_data = arena.bytes() + ws_begin;
+    for (int64_t i = ws_begin; i < ws_end; ++i) ws_overlaps = ws_overlaps || owner[i] != 0;
+  }
+  const acl::aclnnStatus phase2 =
+      acl::MoeTokenUnpermuteGrad(workspace_data, short_workspace ? 0 : workspace_size, executor);
+  const std::string phase2_message = acl::GetLastErrorMessage();
+  FUZZ_CHECK(phase2 == acl::kSuccess || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(!short_workspace || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(!ws_overlaps || phase2 == acl::kErrParamInvalid);
+  FUZZ_CHECK(acl::MoeTokenUnpermuteGrad(nullptr, 0, executor) == acl::kErrParamInvalid);
+  if (!arena_workspace && !workspace.empty()) FUZZ_CHECK(workspace.back() == kSentinel);
+  for (int64_t i = 0; i < arena.size; ++i) {
+    const bool out_byte = phase2 == acl::kSuccess && (owner[i] & (kDx | kDp)) != 0;
+    const bool scratch_byte = !ws_overlaps && i >= ws_begin && i < ws_end;
+    if (!out_byte && !scratch_byte) FUZZ_CHECK(arena.bytes()[i] == before[i]);
+  }
+  if (short_workspace || ws_overlaps) return;
+  mpg::DType token_dtype{};
+  mpg::DType probs_dtype = mpg::DType::kFloat32;
+  FUZZ_CHECK(acl::to_dtype(x.dtype, &token_dtype));
+  if (has_probs) FUZZ_CHECK(acl::to_dtype(p.dtype, &probs_dtype));
+  mpg::detail::visit_dtype(mpg::ElementTypeList{}, token_dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    mpg::detail::visit_dtype(mpg::ElementTypeList{}, probs_dtype, [&](auto w) {
+      using P = typename decltype(w)::type;
+      const Desc* probs = has_probs ? &p : nullptr;
+      const Desc* probs_grad = has_probs ? &dp : nullptr;
+      if (s.dtype == acl::DataType::kInt64) {
+        check_unpermute_grad<T, int64_t, P>(x, g, s, probs, dx, probs_grad, before.data(),
+                                            arena.bytes(), phase2, phase2_message);
+      } else {
+        check_unpermute_grad<T, int32_t, P>(x, g, s, probs, dx, probs_grad, before.data(),
+                                            arena.bytes(), phase2, phase2_message);
+      }
+    });
+  });
+}
+
 }  // namespace
 
-// The first byte 'P' picks MoeTokenPermute (the rest is its input); anything else is
-// MoeTokenPermuteGrad's input as a whole, so its seeds keep their meaning.
+// The first byte picks the op: 'P' MoeTokenPermute, 'G' MoeTokenUnpermuteGrad (the rest is
+// its input); anything else is MoeTokenPermuteGrad's input as a whole, so its seeds keep their
+// meaning.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 0 && data[0] == 'P') {
     FuzzedDataProvider in(data + 1, size - 1);
     run_token_permute(in);
+    return 0;
+  }
+  if (size > 0 && data[0] == 'G') {
+    FuzzedDataProvider in(data + 1, size - 1);
+    run_unpermute_grad(in);
     return 0;
   }
   FuzzedDataProvider in(data, size);

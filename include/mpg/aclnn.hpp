@@ -49,6 +49,7 @@
 #include "mpg/status.hpp"
 #include "mpg/types.hpp"
 #include "mpg/unpermute.hpp"
+#include "mpg/unpermute_grad.hpp"
 
 namespace mpg::aclnn {
 
@@ -764,6 +765,134 @@ inline aclnnStatus MoeTokenUnpermuteGetWorkspaceSize(const Tensor* permuted_toke
 
 inline aclnnStatus MoeTokenUnpermute(void* workspace, uint64_t workspace_size, Executor* executor) {
   return detail::run("MoeTokenUnpermute", workspace, workspace_size, executor);
+}
+
+// ---- MoeTokenUnpermuteGrad --------------------------------------------------------------------
+//
+// permuted_tokens X [R, H], unpermuted_tokens_grad g [N, H] (X's dtype), sorted_indices S [N*K]
+// (int32 or int64, a permutation of [0, N*K)), probs P [N, K] (any float dtype) or null (K = 1),
+// restore_shape null or g's shape; outputs permuted_tokens_grad_out dX [N*K, H] (X's dtype) and
+// probs_grad_out dP [N, K] (P's dtype), null iff probs is null. padded_mode = true is refused, as
+// on the device. Phase one checks shapes, dtypes, pointers and overlaps of each output with every
+// input and the other output; phase two checks S (workspace: its bitmap), then writes both.
+
+namespace detail {
+
+inline Status make_unpermute_grad_problem(const Tensor* permuted_tokens,
+                                          const Tensor* unpermuted_tokens_grad,
+                                          const Tensor* sorted_indices, const Tensor* probs,
+                                          bool padded_mode, const IntArray* restore_shape,
+                                          Tensor* permuted_tokens_grad_out, Tensor* probs_grad_out,
+                                          mpg::detail::UnpermuteGradProblem* p) {
+  if (permuted_tokens == nullptr) return error(ErrorCode::kNullPointer, "permuted_tokens is null");
+  if (unpermuted_tokens_grad == nullptr) {
+    return error(ErrorCode::kNullPointer, "unpermuted_tokens_grad is null");
+  }
+  if (sorted_indices == nullptr) return error(ErrorCode::kNullPointer, "sorted_indices is null");
+  if (permuted_tokens_grad_out == nullptr) {
+    return error(ErrorCode::kNullPointer, "permuted_tokens_grad_out is null");
+  }
+  if (probs != nullptr && probs_grad_out == nullptr) {
+    return error(ErrorCode::kNullPointer,
+                 "probs_grad_out is null but probs is given: both or neither");
+  }
+  if (probs == nullptr && probs_grad_out != nullptr) {
+    return error(ErrorCode::kInvalidArgument,
+                 "probs_grad_out is given but probs is null: both or neither");
+  }
+  if (padded_mode) {
+    return error(ErrorCode::kInvalidArgument,
+                 "padded_mode = true is not supported by MoeTokenUnpermuteGrad (the device "
+                 "refuses it too)");
+  }
+  if (Status s = arithmetic_dtype("permuted_tokens", *permuted_tokens, &p->dtype); !s.ok()) {
+    return s;
+  }
+  const auto same_dtype = [&](const char* name, const Tensor& t) -> Status {
+    if (t.dtype() == permuted_tokens->dtype()) return {};
+    return error(ErrorCode::kDtypeMismatch, name, " dtype ", static_cast<int32_t>(t.dtype()),
+                 " differs from permuted_tokens dtype ",
+                 static_cast<int32_t>(permuted_tokens->dtype()));
+  };
+  if (Status s = same_dtype("unpermuted_tokens_grad", *unpermuted_tokens_grad); !s.ok()) return s;
+  if (Status s = same_dtype("permuted_tokens_grad_out", *permuted_tokens_grad_out); !s.ok()) {
+    return s;
+  }
+  if (Status s = index_dtype("sorted_indices", *sorted_indices, &p->index_type); !s.ok()) {
+    return s;
+  }
+  if (Status s = as_matrix("permuted_tokens", *permuted_tokens, false, &p->tokens); !s.ok()) {
+    return s;
+  }
+  if (Status s =
+          as_matrix("unpermuted_tokens_grad", *unpermuted_tokens_grad, false, &p->tokens_grad);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = as_matrix("permuted_tokens_grad_out", *permuted_tokens_grad_out, false,
+                           &p->permuted_grad);
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = as_vector("sorted_indices", *sorted_indices, &p->indices, &p->num_indices);
+      !s.ok()) {
+    return s;
+  }
+  if (probs != nullptr) {
+    if (Status s = arithmetic_dtype("probs", *probs, &p->probs_dtype); !s.ok()) return s;
+    if (probs_grad_out->dtype() != probs->dtype()) {
+      return error(ErrorCode::kDtypeMismatch, "probs_grad_out dtype ",
+                   static_cast<int32_t>(probs_grad_out->dtype()), " differs from probs dtype ",
+                   static_cast<int32_t>(probs->dtype()));
+    }
+    if (Status s = as_matrix("probs", *probs, false, &p->probs); !s.ok()) return s;
+    if (Status s = as_matrix("probs_grad_out", *probs_grad_out, false, &p->probs_grad); !s.ok()) {
+      return s;
+    }
+    p->has_probs = true;
+    p->probs_grad_given = true;
+  }
+  if (restore_shape != nullptr) {
+    const std::vector<int64_t>& r = restore_shape->values();
+    if (r.size() != 2 || r[0] != p->tokens_grad.rows || r[1] != p->tokens_grad.cols) {
+      return error(ErrorCode::kShapeMismatch, "restore_shape = ", dims_string(r),
+                   " does not describe unpermuted_tokens_grad, whose shape is ",
+                   dims_string(unpermuted_tokens_grad->dims()));
+    }
+  }
+  return mpg::detail::check_unpermute_grad_shapes(*p);
+}
+
+}  // namespace detail
+
+inline aclnnStatus MoeTokenUnpermuteGradGetWorkspaceSize(
+    const Tensor* permuted_tokens, const Tensor* unpermuted_tokens_grad,
+    const Tensor* sorted_indices, const Tensor* probs, bool padded_mode,
+    const IntArray* restore_shape, Tensor* permuted_tokens_grad_out, Tensor* probs_grad_out,
+    uint64_t* workspace_size, Executor** executor) {
+  if (Status s = detail::check_out_params(workspace_size, executor); !s.ok()) {
+    return detail::finish(s);
+  }
+  mpg::detail::UnpermuteGradProblem p;
+  if (Status s = detail::make_unpermute_grad_problem(
+          permuted_tokens, unpermuted_tokens_grad, sorted_indices, probs, padded_mode,
+          restore_shape, permuted_tokens_grad_out, probs_grad_out, &p);
+      !s.ok()) {
+    return detail::finish(s);
+  }
+  const auto operands = mpg::detail::unpermute_grad_operands(p);
+  return detail::plan(
+      "MoeTokenUnpermuteGrad", mpg::detail::unpermute_grad_scratch_bytes(p),
+      {operands.begin(), operands.end()},
+      [p](uint8_t* workspace) {
+        return mpg::detail::execute_unpermute_grad(p, workspace, Options{});
+      },
+      workspace_size, executor);
+}
+
+inline aclnnStatus MoeTokenUnpermuteGrad(void* workspace, uint64_t workspace_size,
+                                         Executor* executor) {
+  return detail::run("MoeTokenUnpermuteGrad", workspace, workspace_size, executor);
 }
 
 }  // namespace mpg::aclnn

@@ -55,11 +55,14 @@ struct Vec {
     return p;
   }
 
-  // Adjacent-lane sums of a then b: hadd pairs within 128-bit halves ([a01 a23 b01 b23 | a45
-  // a67 b45 b67]); the 64-bit permute puts the pairs back in order.
+  // Adjacent-lane sums of a then b, each left + right (hadd would add right + left, which picks
+  // the other NaN's payload when both are NaN): the even and odd lanes per 128-bit half
+  // ([a0 a2 b0 b2 | a4 a6 b4 b6] and the odd ones), added, and the 64-bit pairs put in order.
   MPG_ALWAYS_INLINE static F pair_add(F a, F b) {
-    const __m256d h = _mm256_castps_pd(_mm256_hadd_ps(a, b));
-    return _mm256_castpd_ps(_mm256_permute4x64_pd(h, 0xD8));
+    const F even = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const F odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    const __m256d sums = _mm256_castps_pd(_mm256_add_ps(even, odd));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(sums, 0xD8));
   }
 
   template <class T>
