@@ -109,4 +109,38 @@ TEST(FpContract, EveryKernelSetRoundsProducts) {
   });
 }
 
+// MoeTokenUnpermuteGrad's dP: e = x * g then the tree, whose first pair is e0 + e1. With
+// e0 = -(a * b) exactly and e1 = a * b rounded, the sum is +0.0 only if the product was rounded.
+void expect_rounded_dp(const mpg::Options& options) {
+  const float a = 1.0f + 0x1p-20f, b = 1.0f + 0x1p-4f, ab = -(1.0f + 0x1p-4f + 0x1p-20f);
+  const std::vector<float> x = {ab, a};
+  const std::vector<float> g = {1.0f, b};
+  const std::vector<float> probs = {1.0f};
+  const std::vector<int32_t> indices = {0};
+  std::vector<float> dx(2, 1.0f), dp(1, 1.0f);
+  ASSERT_TRUE(
+      mpg::unpermute_grad(
+          mpg::ConstMatrixView<float>(x.data(), 1, 2), mpg::ConstMatrixView<float>(g.data(), 1, 2),
+          mpg::IndexView<int32_t>(indices), mpg::ConstMatrixView<float>(probs.data(), 1, 1),
+          mpg::MatrixView<float>(dx.data(), 1, 2), mpg::MatrixView<float>(dp.data(), 1, 1), options)
+          .ok());
+  EXPECT_EQ(bits_of(dp[0]), 0u) << (options.path == mpg::Path::kReference
+                                        ? "reference"
+                                        : mpg::name_of(options.isa));
+}
+
+TEST(FpContract, UnpermuteGradRoundsProductsOnEveryPath) {
+  mpg::Options reference;
+  reference.path = mpg::Path::kReference;
+  expect_rounded_dp(reference);
+  mpg::detail::find_kernel_set([&](auto set) {
+    if (!mpg::detail::cpu_supports(set.kIsa)) return false;
+    mpg::Options fast;
+    fast.path = mpg::Path::kFast;
+    fast.isa = set.kIsa;
+    expect_rounded_dp(fast);
+    return false;
+  });
+}
+
 }  // namespace
