@@ -67,13 +67,12 @@ void build(const Case& c, Fixture<T, I>& f) {
   std::mt19937_64 rng(20261202);
   const std::vector<int32_t> expert_ids =
       mpg::bench::random_expert_ids(c.tokens, c.topk, c.experts, rng);
-  const mpg::IndexView<int32_t> ids(expert_ids);
   mpg::Status s;
   if (c.mode == mpg::Mode::kDropless) {
-    s = mpg::route_dropless<I>(ids, c.topk, c.experts, c.tokens * c.topk * c.kept_pct / 100,
-                               &f.indices, &f.grad_rows);
+    s = mpg::route_dropless(expert_ids, c.topk, c.experts, c.tokens * c.topk * c.kept_pct / 100,
+                            &f.indices, &f.grad_rows);
   } else {
-    s = mpg::route_padded<I>(ids, c.topk, c.experts, c.capacity, &f.indices);
+    s = mpg::route_padded(expert_ids, c.topk, c.experts, c.capacity, &f.indices);
     f.grad_rows = c.experts * c.capacity;
   }
   if (!s.ok()) {
@@ -85,8 +84,8 @@ void build(const Case& c, Fixture<T, I>& f) {
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     for (T& x : tokens) x = T(value(rng));
     f.grad.assign(static_cast<size_t>(f.grad_rows * c.hidden), T(0.0f));
-    s = mpg::permute<T, I>({tokens.data(), c.tokens, c.hidden}, f.indices, c.topk, c.mode,
-                           {f.grad.data(), f.grad_rows, c.hidden});
+    s = mpg::permute(mpg::MatrixView(tokens.data(), c.tokens, c.hidden), f.indices, c.topk, c.mode,
+                     mpg::MatrixView(f.grad.data(), f.grad_rows, c.hidden));
   }
   if (!s.ok()) {
     f.error = "permute: " + s.message();

@@ -59,8 +59,8 @@ void build(const Case& c, Fixture<T, I, P>& f) {
   std::mt19937_64 rng(20261202);
   const std::vector<int32_t> expert_ids =
       mpg::bench::random_expert_ids(c.tokens, c.topk, c.experts, rng);
-  mpg::Status s = mpg::route_dropless<I>(mpg::IndexView<int32_t>(expert_ids), c.topk, c.experts,
-                                         c.tokens * c.topk * c.kept_pct / 100, &f.indices, &f.rows);
+  mpg::Status s = mpg::route_dropless(expert_ids, c.topk, c.experts,
+                                      c.tokens * c.topk * c.kept_pct / 100, &f.indices, &f.rows);
   if (!s.ok()) {
     f.error = "routing: " + s.message();
     return;
@@ -70,8 +70,8 @@ void build(const Case& c, Fixture<T, I, P>& f) {
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     for (T& x : tokens) x = T(value(rng));
     f.permuted.assign(static_cast<size_t>(f.rows * c.hidden), T(0.0f));
-    s = mpg::permute<T, I>({tokens.data(), c.tokens, c.hidden}, f.indices, c.topk,
-                           mpg::Mode::kDropless, {f.permuted.data(), f.rows, c.hidden});
+    s = mpg::permute(mpg::MatrixView(tokens.data(), c.tokens, c.hidden), f.indices, c.topk,
+                     mpg::Mode::kDropless, mpg::MatrixView(f.permuted.data(), f.rows, c.hidden));
   }
   if (!s.ok()) {
     f.error = "permute: " + s.message();

@@ -166,18 +166,17 @@ int main(int argc, char** argv) {
   const std::vector<Index> expert_ids = random_routing(c, rng);
   std::vector<Index> sorted_indices;
   int64_t rows = 0;
-  if (!report("route_dropless",
-              mpg::route_dropless<Index, Index>(expert_ids, c.topk, c.experts, std::nullopt,
-                                                &sorted_indices, &rows))) {
+  if (!report("route_dropless", mpg::route_dropless(expert_ids, c.topk, c.experts, std::nullopt,
+                                                    &sorted_indices, &rows))) {
     return 1;
   }
   const size_t hidden = static_cast<size_t>(c.hidden);
   std::vector<T> tokens(static_cast<size_t>(c.tokens) * hidden);
   std::vector<T> permuted(static_cast<size_t>(rows) * hidden);
   fill_random(&tokens, c.seed + 1);
-  if (!report("permute",
-              mpg::permute<T, Index>({tokens.data(), c.tokens, c.hidden}, sorted_indices, c.topk,
-                                     mpg::Mode::kDropless, {permuted.data(), rows, c.hidden}))) {
+  if (!report("permute", mpg::permute(mpg::MatrixView(tokens.data(), c.tokens, c.hidden),
+                                      sorted_indices, c.topk, mpg::Mode::kDropless,
+                                      mpg::MatrixView(permuted.data(), rows, c.hidden)))) {
     return 1;
   }
   std::vector<T> grad(permuted.size());  // upstream gradient of the permuted rows

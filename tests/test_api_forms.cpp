@@ -66,3 +66,27 @@ TEST(ApiForms, MiddleRowsAndOuterStridedMaps) {
 }
 
 }  // namespace
+
+namespace {
+
+// Path::kAuto is the deprecated old name of Path::kFast, the default.
+TEST(ApiForms, PathAutoIsTheFastPath) {
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  EXPECT_EQ(mpg::Path::kAuto, mpg::Path::kFast);
+#pragma GCC diagnostic pop
+  EXPECT_EQ(mpg::Options{}.path, mpg::Path::kFast);
+  // 2 was kFast's number before kAuto became its alias; now it is no Path.
+  const std::vector<float> g = {1, 2, 3, 4};
+  std::vector<float> out(2, -1.0f);
+  mpg::Options options;
+  options.path = static_cast<mpg::Path>(2);
+  const mpg::Status s =
+      mpg::permute_grad(mpg::MatrixView(g.data(), 4, 1), kIndices, 2, Mode::kDropless,
+                        mpg::MatrixView(out.data(), 2, 1), options);
+  EXPECT_EQ(s.code(), mpg::ErrorCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("options.path = 2"), std::string::npos) << s;
+  EXPECT_EQ(out, (std::vector<float>{-1.0f, -1.0f}));
+}
+
+}  // namespace

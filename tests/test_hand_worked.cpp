@@ -99,4 +99,17 @@ TYPED_TEST(HandWorked, AscendingKOrder) {
   expect_all_paths<T, int32_t>(grad, {2, 0, 1}, 3, Mode::kPadded, {{1.0f}});
 }
 
+// The same with values every dtype holds exactly, so that the order shows after narrowing to
+// half and bfloat16 too. S = [2, 0, 1], G = [-2^15, 2^-10, 2^15]. Ascending k adds
+// 2^15 - 2^15 = 0, then + 2^-10: out = 2^-10. The reverse order adds 2^-10 - 2^15 first, a tie
+// between -2^15 and -(2^15 - 2^-9) in fp32 that rounds to the even -2^15, then + 2^15: +0.
+TYPED_TEST(HandWorked, AscendingKOrderInEveryDtype) {
+  using T = TypeParam;
+  const float big = 32768.0f;    // 2^15
+  const float small = 0x1p-10f;  // a normal number in every dtype
+  const auto grad = matrix_of<T>({{-big}, {small}, {big}});
+  expect_all_paths<T, int32_t>(grad, {2, 0, 1}, 3, Mode::kDropless, {{small}});
+  expect_all_paths<T, int32_t>(grad, {2, 0, 1}, 3, Mode::kPadded, {{small}});
+}
+
 }  // namespace

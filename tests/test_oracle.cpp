@@ -44,7 +44,7 @@ TEST_P(Adjoint, ForwardAndBackwardAreTransposes) {
       GuardedMatrix<T> px(routing.grad_rows, hidden);
       GuardedMatrix<T> grad_x(tokens, hidden);
       const mpg::Status forward_status =
-          mpg::permute<T, int32_t>(x.const_view(), routing.sorted_indices, topk, mode, px.view());
+          mpg::permute(x.const_view(), routing.sorted_indices, topk, mode, px.view());
       ASSERT_TRUE(forward_status.ok()) << forward_status.message();
       ASSERT_TRUE(mpg_test::run_permute_grad(g, routing.sorted_indices, topk, mode, grad_x,
                                              reference_options())

@@ -100,8 +100,8 @@ TEST(Permute, DroplessCopiesKeptRowsOnly) {
   }
   // R = 4: rows S = 0..3 are copies 1 (t0), 2 (t1), 0 (t0), 5 (t2); copies 3, 4 were dropped.
   mpg_test::GuardedMatrix<float> permuted(4, 2);
-  const mpg::Status s = mpg::permute<float, int32_t>(tokens.const_view(), kDroplessIndices, 2,
-                                                     Mode::kDropless, permuted.view());
+  const mpg::Status s =
+      mpg::permute(tokens.const_view(), kDroplessIndices, 2, Mode::kDropless, permuted.view());
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(row_of(permuted, 0), (std::vector<float>{1, 2}));
   EXPECT_EQ(row_of(permuted, 1), (std::vector<float>{3, 4}));
@@ -116,8 +116,8 @@ TEST(Permute, PaddedZeroesPaddingRows) {
     for (int h = 0; h < 2; ++h) tokens.at(t, h) = mpg::bfloat16(static_cast<float>(10 * t + h));
   }
   mpg_test::GuardedMatrix<mpg::bfloat16> permuted(6, 2);  // sentinel-filled: must be overwritten
-  const mpg::Status s = mpg::permute<mpg::bfloat16, int32_t>(tokens.const_view(), kPaddedIndices, 2,
-                                                             Mode::kPadded, permuted.view());
+  const mpg::Status s =
+      mpg::permute(tokens.const_view(), kPaddedIndices, 2, Mode::kPadded, permuted.view());
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(row_of(permuted, 0), (std::vector<float>{0, 1}));    // (t0,k0)
   EXPECT_EQ(row_of(permuted, 1), (std::vector<float>{10, 11}));  // (t1,k1)
@@ -201,6 +201,46 @@ TEST(Permute, MessagesNameTokensAndPermuted) {
                                           mpg::MatrixView<float>(permuted.data(), 4, 1));
   EXPECT_EQ(hidden.code(), ErrorCode::kShapeMismatch);
   EXPECT_EQ(hidden.message(), "tokens has hidden size 2 but permuted has hidden size 1") << hidden;
+}
+
+// The short forms (ids as a std::vector, no template arguments; views, or Eigen matrices) give
+// the hand-ranked results of the forms above.
+TEST(RoutingShortForms, VectorIdsWithDeducedIndexTypes) {
+  std::vector<int64_t> wide;
+  int64_t rows = -1;
+  ASSERT_TRUE(mpg::route_dropless(kDroplessExperts, 2, 3, std::nullopt, &wide, &rows).ok());
+  EXPECT_EQ(wide, std::vector<int64_t>(kDroplessIndices.begin(), kDroplessIndices.end()));
+  EXPECT_EQ(rows, 6);
+  std::vector<int32_t> padded;
+  ASSERT_TRUE(mpg::route_padded(kPaddedExperts, 2, 3, 2, &padded).ok());
+  EXPECT_EQ(padded, kPaddedIndices);
+  const std::vector<int64_t> wide_ids(kPaddedExperts.begin(), kPaddedExperts.end());
+  ASSERT_TRUE(mpg::route_padded(wide_ids, 2, 3, 2, &padded).ok());
+  EXPECT_EQ(padded, kPaddedIndices);
+}
+
+TEST(RoutingShortForms, PermuteFromRawViewsAndEigen) {
+  const std::vector<float> tokens = {1, 2, 3, 4, 5, 6};      // [3, 2]
+  const std::vector<float> want = {1, 2, 3, 4, 1, 2, 5, 6};  // DroplessCopiesKeptRowsOnly's rows
+  std::vector<float> permuted(8, -1.0f);
+  ASSERT_TRUE(mpg::permute(mpg::MatrixView(tokens.data(), 3, 2), kDroplessIndices, 2,
+                           Mode::kDropless, mpg::MatrixView(permuted.data(), 4, 2))
+                  .ok());
+  EXPECT_EQ(permuted, want);
+
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Eigen::Map<const RowMajor> eigen_tokens(tokens.data(), 3, 2);
+  RowMajor eigen_permuted = RowMajor::Constant(4, 2, -1.0f);
+  ASSERT_TRUE(
+      mpg::permute(eigen_tokens, kDroplessIndices, 2, Mode::kDropless, eigen_permuted).ok());
+  EXPECT_EQ(std::vector<float>(eigen_permuted.data(), eigen_permuted.data() + 8), want);
+  // A Block of a bigger matrix as the output, written through.
+  RowMajor big = RowMajor::Constant(6, 2, -1.0f);
+  ASSERT_TRUE(
+      mpg::permute(eigen_tokens, kDroplessIndices, 2, Mode::kDropless, big.middleRows(1, 4)).ok());
+  EXPECT_EQ(std::vector<float>(big.data() + 2, big.data() + 10), want);
+  EXPECT_EQ(big(0, 0), -1.0f);
+  EXPECT_EQ(big(5, 1), -1.0f);
 }
 
 }  // namespace

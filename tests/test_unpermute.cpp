@@ -205,8 +205,8 @@ TEST(UnpermuteProperties, AdjointOfForwardPermute) {
   GuardedMatrix<float> x(tokens, hidden);
   mpg_test::fill_random(x, rng);
   GuardedMatrix<float> permuted(routing.grad_rows, hidden);
-  const mpg::Status permuted_ok = mpg::permute<float, int32_t>(
-      x.const_view(), routing.sorted_indices, 1, Mode::kDropless, permuted.view());
+  const mpg::Status permuted_ok =
+      mpg::permute(x.const_view(), routing.sorted_indices, 1, Mode::kDropless, permuted.view());
   ASSERT_TRUE(permuted_ok.ok()) << permuted_ok.message();
   GuardedMatrix<float> y(routing.grad_rows, hidden);
   mpg_test::fill_random(y, rng);

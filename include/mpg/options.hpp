@@ -8,9 +8,11 @@ namespace mpg {
 
 // Which implementation computes the result. All of them produce the same bits.
 enum class Path : int32_t {
-  kAuto,       // the fast path
-  kReference,  // the short, obviously right Eigen path (single thread); the oracle in tests
-  kFast,       // SIMD kernels + threads
+  kFast = 0,       // SIMD kernels + threads (the default)
+  kReference = 1,  // the short, obviously right Eigen path (single thread); the oracle in tests
+  // The old name of kFast (they always meant the same thing); kept so that code using it still
+  // compiles, with a warning.
+  kAuto [[deprecated("mpg::Path::kAuto is Path::kFast; write kFast")]] = kFast,
 };
 
 // Which SIMD kernels the fast path uses. kAuto picks the best the CPU supports; forcing one the
@@ -34,9 +36,10 @@ using ParallelFor =
 
 struct Options {
   // Threads for the fast path. 0 = default: $MPG_NUM_THREADS if set, else the CPUs in this
-  // process's affinity mask. Ignored when parallel_for is set (the hook owns the threads).
+  // process's affinity mask, fewer for small calls. With parallel_for set, the hook owns the
+  // threads and this count only sizes the work: up to num_threads * a few tasks are handed to it.
   int num_threads = 0;
-  Path path = Path::kAuto;
+  Path path = Path::kFast;
   Isa isa = Isa::kAuto;
   ParallelFor parallel_for;  // empty = mpg's own pool
 };

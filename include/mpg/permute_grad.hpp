@@ -47,17 +47,6 @@ Status permute_grad(ConstMatrixView<T> permuted_output_grad, IndexView<I> sorted
       detail::make_problem(permuted_output_grad, sorted_indices, num_topk, mode, out), options);
 }
 
-namespace detail {
-template <class I>
-IndexView<I> as_index_view(IndexView<I> v) {
-  return v;
-}
-template <class I>
-IndexView<I> as_index_view(const std::vector<I>& v) {
-  return v;
-}
-}  // namespace detail
-
 // The same call with the template arguments deduced: grad as any view convertible to
 // ConstMatrixView<T> (e.g. a MatrixView<T>), indices as an IndexView or a std::vector.
 template <class Grad, class Indices, class T>

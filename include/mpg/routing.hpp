@@ -13,10 +13,13 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "mpg/detail/problem.hpp"
 #include "mpg/detail/validate.hpp"
+#include "mpg/permute_grad.hpp"
 #include "mpg/status.hpp"
 #include "mpg/types.hpp"
 
@@ -92,6 +95,16 @@ Status route_dropless(IndexView<E> expert_ids, int64_t num_topk, int64_t num_exp
   return {};
 }
 
+// The same with expert_ids as a std::vector: route_dropless(ids, K, E, R, &sorted, &rows), the
+// index types deduced from the arguments.
+template <class I, class E>
+Status route_dropless(const std::vector<E>& expert_ids, int64_t num_topk, int64_t num_experts,
+                      std::optional<int64_t> num_out_tokens, std::vector<I>* sorted_indices,
+                      int64_t* num_rows) {
+  return route_dropless(IndexView<E>(expert_ids), num_topk, num_experts, num_out_tokens,
+                        sorted_indices, num_rows);
+}
+
 // Padded (capacity) routing: expert e keeps its first `capacity` copies in (t, k) order at rows
 // e*capacity + slot of a [num_experts * capacity, H] buffer; the rest get -1.
 template <class I, class E>
@@ -117,6 +130,13 @@ Status route_padded(IndexView<E> expert_ids, int64_t num_topk, int64_t num_exper
         slot < capacity ? static_cast<I>(e * capacity + slot++) : I{-1};
   }
   return {};
+}
+
+// The same with expert_ids as a std::vector.
+template <class I, class E>
+Status route_padded(const std::vector<E>& expert_ids, int64_t num_topk, int64_t num_experts,
+                    int64_t capacity, std::vector<I>* sorted_indices) {
+  return route_padded(IndexView<E>(expert_ids), num_topk, num_experts, capacity, sorted_indices);
 }
 
 // The forward permute: permuted[S[t*K + k]] = tokens[t] for every kept copy. tokens is [N, H];
@@ -157,6 +177,32 @@ Status permute(ConstMatrixView<T> tokens, IndexView<I> sorted_indices, int64_t n
     std::copy(src, src + tokens.cols, permuted.row(s));
   }
   return {};
+}
+
+// The same call with the template arguments deduced: tokens as any view convertible to
+// ConstMatrixView<T> (e.g. MatrixView(ptr, N, H)), indices as an IndexView or a std::vector.
+template <class Tokens, class Indices, class T>
+auto permute(const Tokens& tokens, const Indices& sorted_indices, int64_t num_topk, Mode mode,
+             MatrixView<T> permuted)
+    -> std::enable_if_t<std::is_convertible_v<const Tokens&, ConstMatrixView<T>>,
+                        decltype(detail::as_index_view(sorted_indices), Status())> {
+  return permute(ConstMatrixView<T>(tokens), detail::as_index_view(sorted_indices), num_topk, mode,
+                 permuted);
+}
+
+// Eigen forms: tokens and permuted as Eigen matrices (permuted may be a temporary Block or Map),
+// with permute_grad's rules for which Eigen objects are accepted (view_of, mutable_view_of).
+template <class TokensDerived, class Indices, class Permuted,
+          class = std::enable_if_t<
+              std::is_base_of_v<Eigen::DenseBase<std::decay_t<Permuted>>, std::decay_t<Permuted>>>>
+auto permute(const Eigen::DenseBase<TokensDerived>& tokens, const Indices& sorted_indices,
+             int64_t num_topk, Mode mode, Permuted&& permuted)
+    -> decltype(detail::as_index_view(sorted_indices), Status()) {
+  using T = typename std::decay_t<Permuted>::Scalar;
+  static_assert(std::is_same_v<typename TokensDerived::Scalar, T>,
+                "mpg: tokens and permuted must have the same scalar type");
+  return permute(view_of(tokens), detail::as_index_view(sorted_indices), num_topk, mode,
+                 mutable_view_of(std::forward<Permuted>(permuted)));
 }
 
 }  // namespace mpg

@@ -13,6 +13,8 @@
 
 #include <Eigen/Core>
 
+#include "mpg/detail/fp_flags.hpp"
+
 namespace mpg {
 
 using half = Eigen::half;
@@ -244,6 +246,18 @@ struct IndexView {
   IndexView(const std::vector<I>& v)  // NOLINT(google-explicit-constructor)
       : data(v.data()), size(static_cast<int64_t>(v.size())) {}
 };
+
+namespace detail {
+// An IndexView or a std::vector as an IndexView: what the deduced overloads accept as indices.
+template <class I>
+IndexView<I> as_index_view(IndexView<I> v) {
+  return v;
+}
+template <class I>
+IndexView<I> as_index_view(const std::vector<I>& v) {
+  return v;
+}
+}  // namespace detail
 
 // A writable run of `size` indices (e.g. MoeTokenPermute's sorted_indices_out).
 template <class I>

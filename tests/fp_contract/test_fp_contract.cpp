@@ -3,8 +3,10 @@
 // always on AArch64). The contract rounds x * p to fp32 before adding it; a fused multiply-add
 // would not. Values are chosen so that the two differ: x1 * p1 is exactly a tie below fp32
 // precision, so the rounded product cancels x0 * p0 to +0.0 while a fused one leaves 2^-24.
-// A binary of its own: linked with other translation units, another copy of the same template
-// instantiations, compiled without these flags, could be the one that runs.
+// Also built with -fno-math-errno -fno-trapping-math -freciprocal-math, the parts of -ffast-math
+// that mpg accepts (include/mpg/detail/fp_flags.hpp refuses the others). A binary of its own:
+// linked with other translation units, another copy of the same template instantiations, compiled
+// without these flags, could be the one that runs.
 #include <cmath>
 #include <cstdint>
 #include <cstring>

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-// Internal invariants only; caller errors are Status values. MPG_ASSERT is always on (cheap,
-// off the hot path); MPG_DASSERT only in debug builds (inside kernels).
+// Internal invariants only; caller errors are Status values. Always on: every use is off the
+// hot path.
 #define MPG_ASSERT(cond)                                                                  \
   do {                                                                                    \
     if (!(cond)) {                                                                        \
@@ -13,11 +13,3 @@
       std::abort();                                                                       \
     }                                                                                     \
   } while (0)
-
-#ifdef NDEBUG
-#define MPG_DASSERT(cond) \
-  do {                    \
-  } while (0)
-#else
-#define MPG_DASSERT(cond) MPG_ASSERT(cond)
-#endif

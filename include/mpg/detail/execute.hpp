@@ -20,8 +20,7 @@ inline Status check_options(const Options& options) {
     return error(ErrorCode::kInvalidArgument, "options.num_threads = ", options.num_threads,
                  " must be >= 0 (0 = default)");
   }
-  if (options.path != Path::kAuto && options.path != Path::kReference &&
-      options.path != Path::kFast) {
+  if (options.path != Path::kFast && options.path != Path::kReference) {
     return error(ErrorCode::kInvalidArgument, "options.path = ", static_cast<int>(options.path),
                  " is not a Path value");
   }
