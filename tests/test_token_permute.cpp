@@ -561,8 +561,8 @@ TYPED_TEST(TokenPermuteTyped, AgreesWithRouteDroplessAndPermute) {
       EXPECT_EQ(contents(sorted), route_sorted);
       EXPECT_EQ(route_rows, rows);
       GuardedMatrix<T> routed(route_rows, hidden);
-      const mpg::Status permuted_by_route = mpg::permute<T, int32_t>(
-          tokens.const_view(), route_sorted, topk, mpg::Mode::kDropless, routed.view());
+      const mpg::Status permuted_by_route = mpg::permute(tokens.const_view(), route_sorted, topk,
+                                                         mpg::Mode::kDropless, routed.view());
       ASSERT_TRUE(permuted_by_route.ok()) << permuted_by_route.message();
       EXPECT_TRUE(routed.same_bytes(permuted));
 
