@@ -48,8 +48,8 @@ void BM_TokenUnpermuteGrad(benchmark::State& state, mpg::bench::Yardstick yardst
   F& f = mpg::bench::cached_fixture<F>(key, [&](F& f) {
     std::mt19937_64 rng(20261202);
     const auto ids = mpg::bench::random_expert_ids(n, k, experts, rng);
-    const mpg::Status s = mpg::route_dropless<int32_t>(
-        mpg::IndexView<int32_t>(ids), k, experts, n * k * kept_pct / 100, &f.indices, &f.kept_rows);
+    const mpg::Status s =
+        mpg::route_dropless(ids, k, experts, n * k * kept_pct / 100, &f.indices, &f.kept_rows);
     if (!s.ok()) {
       f.error = s.message();
       return;

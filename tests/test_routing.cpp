@@ -136,8 +136,8 @@ TEST(Permute, RejectsADuplicateAndWritesNothing) {
   mpg_test::fill_random(tokens, rng);
   mpg_test::GuardedMatrix<float> permuted(6, 2);
   const std::vector<int32_t> duplicate = {2, 0, 1, 4, 2, 3};
-  const mpg::Status s = mpg::permute<float, int32_t>(tokens.const_view(), duplicate, 2,
-                                                     Mode::kDropless, permuted.view());
+  const mpg::Status s =
+      mpg::permute(tokens.const_view(), duplicate, 2, Mode::kDropless, permuted.view());
   EXPECT_EQ(s.code(), ErrorCode::kDuplicateIndex);
   EXPECT_TRUE(permuted.payload_untouched());
   EXPECT_TRUE(permuted.guards_intact());
