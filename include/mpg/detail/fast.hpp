@@ -22,7 +22,10 @@ inline constexpr int64_t kMinBytesPerThread = int64_t{256} << 10;
 // would need a pass over S before the kernels start, for at most that much gain.
 inline constexpr int64_t kTasksPerThread = 16;
 // Outputs at least this large bypass the cache on store (they are not read back by this call).
-inline constexpr int64_t kStreamingStoreBytes = int64_t{8} << 20;
+#ifndef MPG_TUNE_STREAMING_STORE_BYTES  // an override for scripts/tune_kernels.sh only
+#define MPG_TUNE_STREAMING_STORE_BYTES (int64_t{8} << 20)
+#endif
+inline constexpr int64_t kStreamingStoreBytes = MPG_TUNE_STREAMING_STORE_BYTES;
 
 // Runs fn(begin, end) over a deterministic partition of [0, num_tokens) into contiguous chunks,
 // on options' threads (or its parallel_for hook), each chunk under the IEEE FP environment

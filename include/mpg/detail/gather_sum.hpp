@@ -13,6 +13,17 @@
 // narrowed with RNE. The reduction order and the weights are compile-time parameters of the same
 // walk and microkernel (kernel_body.hpp); this header holds what is independent of the ISA.
 
+// Compile-time overrides for timing variants side by side (scripts/tune_kernels.sh), not a
+// user setting: the in-row prefetch distance in bytes (0 = none) and the block width in vectors
+// of the vector kernel sets. The defaults and the measurements behind them are in
+// kernel_avx512.hpp.
+#ifndef MPG_TUNE_PREFETCH_BYTES
+#define MPG_TUNE_PREFETCH_BYTES 2048
+#endif
+#ifndef MPG_TUNE_BLOCK_VECTORS
+#define MPG_TUNE_BLOCK_VECTORS 8
+#endif
+
 namespace mpg::detail {
 
 // The order in which a token's K copies are summed (both in fp32, one IEEE add at a time).

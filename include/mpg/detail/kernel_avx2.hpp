@@ -40,9 +40,9 @@ struct Vec {
   static constexpr int64_t kLanes = 8;
   // 8 accumulators (64 columns): enough independent adds to cover 2 ports x 4 cycles, and half
   // of the 16 ymm registers left for loads and the bf16 rounding temporaries.
-  static constexpr int kBlockVectors = 8;
+  static constexpr int kBlockVectors = MPG_TUNE_BLOCK_VECTORS;
   // Measured: see the notes at the end of this file.
-  static constexpr int64_t kPrefetchBytes = 2048;
+  static constexpr int64_t kPrefetchBytes = MPG_TUNE_PREFETCH_BYTES;
 
   MPG_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
   MPG_ALWAYS_INLINE static F set1(float x) { return _mm256_set1_ps(x); }

@@ -44,9 +44,9 @@ struct Vec {
   static constexpr int64_t kLanes = 16;
   // 8 accumulators (128 columns): two add ports x 4 cycles latency need 8 independent sums when
   // the rows come from cache; that leaves 24 of the 32 zmm registers for loads and conversions.
-  static constexpr int kBlockVectors = 8;
+  static constexpr int kBlockVectors = MPG_TUNE_BLOCK_VECTORS;
   // Measured: see the notes at the end of this file.
-  static constexpr int64_t kPrefetchBytes = 2048;
+  static constexpr int64_t kPrefetchBytes = MPG_TUNE_PREFETCH_BYTES;
 
   MPG_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
   MPG_ALWAYS_INLINE static F set1(float x) { return _mm512_set1_ps(x); }

@@ -48,7 +48,7 @@ MPG_ALWAYS_INLINE typename Vec::F load_term(const T* p, float w, int64_t n) {
 // same expert's next token, read soon after (see the traits files for the measured distances).
 template <int64_t kBlockBytes>
 MPG_ALWAYS_INLINE void prefetch_ahead(const void* row) {
-  if constexpr (kBlockBytes >= kLineBytes) {
+  if constexpr (kBlockBytes >= kLineBytes && Vec::kPrefetchBytes > 0) {
     const char* ahead = static_cast<const char*>(row) + Vec::kPrefetchBytes;
     MPG_UNROLL
     for (int64_t b = 0; b < kBlockBytes; b += kLineBytes) Vec::prefetch(ahead + b);

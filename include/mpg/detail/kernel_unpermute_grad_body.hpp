@@ -45,6 +45,21 @@ MPG_ALWAYS_INLINE void tree_pairs(float* e, int64_t n_out) {
   for (; i < n_out; ++i) e[i] = e[2 * i] + e[2 * i + 1];  // the last levels, below one vector
 }
 
+// Three pair levels in one pass, in registers: e[i] = the level-3 sum of e[8i .. 8i + 8) for
+// i < n_out (a multiple of kLanes), in place as tree_pairs. Fewer passes over e, same adds.
+MPG_ALWAYS_INLINE void tree_pairs3(float* e, int64_t n_out) {
+  using F = typename Vec::F;
+  constexpr int64_t kLanes = Vec::kLanes;
+  for (int64_t i = 0; i < n_out; i += kLanes) {
+    F v[8];
+    MPG_UNROLL
+    for (int j = 0; j < 8; ++j) v[j] = Vec::template load<float>(e + 8 * i + j * kLanes);
+    const F low = Vec::pair_add(Vec::pair_add(v[0], v[1]), Vec::pair_add(v[2], v[3]));
+    const F high = Vec::pair_add(Vec::pair_add(v[4], v[5]), Vec::pair_add(v[6], v[7]));
+    Vec::template store<float>(e + i, Vec::pair_add(low, high));
+  }
+}
+
 // tree(e) over e[0, length); e holds tree_scratch_floats(length) floats and is clobbered.
 MPG_ALWAYS_INLINE float tree_sum(float* e, int64_t length) {
   const TreeShape shape = tree_shape(length);
@@ -59,47 +74,78 @@ MPG_ALWAYS_INLINE float tree_sum(float* e, int64_t length) {
     }
     tree_fold(e, e + shape.pairs, n - shape.pairs);
   }
-  for (int64_t p = shape.pairs; p > 1; p /= 2) tree_pairs(e, p / 2);
+  int64_t p = shape.pairs;  // a power of two, at least 64
+  for (; p % (8 * Vec::kLanes) == 0; p /= 8) tree_pairs3(e, p / 8);
+  for (; p > 1; p /= 2) tree_pairs(e, p / 2);
   return e[0];
 }
 
-// dX rows and dP values of one kept copy (x = X's row) or dropped copy (x = null: a +0.0 row),
-// columns in vectors, then one partial vector.
-template <class T>
+// One copy's dX row (g * p narrowed, or +0.0 when the copy is dropped) and its products x * g
+// in e (a dropped copy's x is a +0.0 row: -0.0 where g < 0, NaN where g is inf or NaN, as the
+// contract defines them). With kStream, the whole 64-byte lines of the dX row are written
+// non-temporally: dX is as large as X and is not read back. X rows are gathered, so the hardware
+// prefetcher misses their starts: the in-row prefetch runs Vec::kPrefetchBytes ahead, past the
+// row end (the next row in memory is the same expert's next token, read soon after).
+template <class T, bool kKept, bool kStream>
 MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p, T* dx, float* e,
                                            int64_t hidden) {
+  using F = typename Vec::F;
   constexpr int64_t kLanes = Vec::kLanes;
-  const auto pv = Vec::set1(p);
-  int64_t h = 0;
-  if (x != nullptr) {
-    for (; h + kLanes <= hidden; h += kLanes) {
-      const auto gv = Vec::template load<float>(g32 + h);
-      Vec::template store<T>(dx + h, Vec::mul(gv, pv));
-      Vec::template store<float>(e + h, Vec::mul(Vec::template load<T>(x + h), gv));
+  constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
+  const F pv = Vec::set1(p);
+  // By value: the stores below may alias anything, so captured references would be reloaded.
+  const auto column = [=](int64_t h, F* d, auto partial, int64_t n) {
+    constexpr bool kPartial = decltype(partial)::value;
+    const F gv = kPartial ? Vec::template load_partial<float>(g32 + h, n)
+                          : Vec::template load<float>(g32 + h);
+    F xv = Vec::zero();
+    if constexpr (kKept) {
+      xv = kPartial ? Vec::template load_partial<T>(x + h, n) : Vec::template load<T>(x + h);
+      *d = Vec::mul(gv, pv);
+    } else {
+      *d = Vec::zero();
+    }
+    if constexpr (kPartial) {
+      Vec::template store_partial<float>(e + h, Vec::mul(xv, gv), n);
+    } else {
+      Vec::template store<float>(e + h, Vec::mul(xv, gv));
+    }
+  };
+  // Columns [h, end) in vectors, then one partial vector, with plain stores.
+  const auto plain = [&](int64_t h, int64_t end) {
+    for (; h + kLanes <= end; h += kLanes) {
+      if constexpr (kKept) {
+        if (h % kLineColumns == 0) Vec::prefetch(x + h + Vec::kPrefetchBytes / int64_t{sizeof(T)});
+      }
+      F d;
+      column(h, &d, std::false_type{}, 0);
+      Vec::template store<T>(dx + h, d);
     }
     if constexpr (kLanes > 1) {
-      if (h < hidden) {
-        const int64_t n = hidden - h;
-        const auto gv = Vec::template load_partial<float>(g32 + h, n);
-        Vec::template store_partial<T>(dx + h, Vec::mul(gv, pv), n);
-        Vec::template store_partial<float>(
-            e + h, Vec::mul(Vec::template load_partial<T>(x + h, n), gv), n);
+      if (h < end) {
+        F d;
+        column(h, &d, std::true_type{}, end - h);
+        Vec::template store_partial<T>(dx + h, d, end - h);
       }
     }
-    return;
-  }
-  // Dropped: dX row +0.0, and the products of a +0.0 row (-0.0 where g < 0, NaN where g is
-  // inf or NaN), as the contract defines them.
-  std::fill(dx, dx + hidden, T(0.0f));
-  for (; h + kLanes <= hidden; h += kLanes) {
-    Vec::template store<float>(e + h, Vec::mul(Vec::zero(), Vec::template load<float>(g32 + h)));
-  }
-  if constexpr (kLanes > 1) {
-    if (h < hidden) {
-      const int64_t n = hidden - h;
-      Vec::template store_partial<float>(
-          e + h, Vec::mul(Vec::zero(), Vec::template load_partial<float>(g32 + h, n)), n);
+  };
+  if constexpr (!kStream) {
+    plain(0, hidden);
+  } else {
+    // A misaligned row streams the lines it fully covers.
+    const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dx) % kLineBytes);
+    int64_t h = std::min(hidden, (kLineBytes - misalign) % kLineBytes / int64_t{sizeof(T)});
+    plain(0, h);
+    const int64_t line_end = h + (hidden - h) / kLineColumns * kLineColumns;
+    for (; h < line_end; h += kLineColumns) {
+      if constexpr (kKept) Vec::prefetch(x + h + Vec::kPrefetchBytes / int64_t{sizeof(T)});
+      F d[kVectorsPerLine];
+      MPG_UNROLL
+      for (int v = 0; v < kVectorsPerLine; ++v) column(h + v * kLanes, &d[v], std::false_type{}, 0);
+      Vec::template stream_line<T>(dx + h, d);
     }
+    plain(h, hidden);
   }
 }
 
@@ -145,12 +191,33 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
     const I* s = a.indices + t * a.topk;
     for (int64_t k = 0; k < a.topk; ++k) {
       const int64_t row = s[k];
-      const T* x = row < a.kept_rows ? a.tokens + row * a.tokens_stride : nullptr;
       const float p = static_cast<float>(a.probs[t * a.probs_stride + k]);
-      unpermute_grad_copy<T>(x, g32, p, a.permuted_grad + row * a.permuted_grad_stride, e, hidden);
+      T* dx = a.permuted_grad + row * a.permuted_grad_stride;
+      if (row < a.kept_rows) {
+        const T* x = a.tokens + row * a.tokens_stride;
+        if (a.streaming_stores) {
+          unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
+        } else {
+          unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden);
+        }
+      } else if (a.streaming_stores) {
+        unpermute_grad_copy<T, false, true>(nullptr, g32, p, dx, e, hidden);
+      } else {
+        unpermute_grad_copy<T, false, false>(nullptr, g32, p, dx, e, hidden);
+      }
+      // The in-row prefetch covers all but the head of the next copy's X row: fetch that while
+      // the tree runs in L1.
+      const int64_t next = t * a.topk + k + 1;
+      if (next < token_end * a.topk && a.indices[next] < a.kept_rows) {
+        const char* head =
+            reinterpret_cast<const char*>(a.tokens + a.indices[next] * a.tokens_stride);
+        const int64_t head_bytes = std::min(Vec::kPrefetchBytes, hidden * int64_t{sizeof(T)});
+        for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(head + b);
+      }
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree_sum(e, hidden));
     }
   }
+  if (a.streaming_stores) Vec::fence();  // streamed dX lines are weakly ordered
 }
 
 }  // namespace mpg::detail::MPG_KERNEL_NAMESPACE

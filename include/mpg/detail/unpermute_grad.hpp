@@ -27,8 +27,11 @@ void fast_unpermute_grad(const UnpermuteGradArgs<T, P, I>& args, int64_t num_tok
   // X rows read, g read, dX written (and probs read, dP written: small beside them).
   const int64_t bytes_moved =
       num_tokens * args.hidden * static_cast<int64_t>(sizeof(T)) * (2 * args.topk + 1);
+  UnpermuteGradArgs<T, P, I> a = args;
+  a.streaming_stores = num_tokens * args.topk * args.hidden * static_cast<int64_t>(sizeof(T)) >=
+                       kStreamingStoreBytes;
   run_tokens(num_tokens, bytes_moved, options,
-             [&](int64_t begin, int64_t end) { kernel(args, begin, end); });
+             [&](int64_t begin, int64_t end) { kernel(a, begin, end); });
 }
 
 // Scratch bytes the index check needs (S is a dropless permutation of [0, len(S))).

@@ -27,6 +27,8 @@ struct UnpermuteGradArgs {
   P* probs_grad = nullptr;  // dP [N, K], null without probs
   int64_t probs_grad_stride = 0;
   int64_t hidden = 0;
+  // dX is large enough that caching it only evicts the X rows still to be read.
+  bool streaming_stores = false;
 };
 
 // Every kernel set's entry point: both outputs for tokens [token_begin, token_end).
