@@ -95,8 +95,9 @@ void build(const Case& c, Fixture<T, I>& f) {
   f.expected.assign(f.out.size(), T(0.0f));
   mpg::Options reference;
   reference.path = mpg::Path::kReference;
-  s = mpg::init_routing_v2_grad<T, I>({f.grad.data(), f.grad_rows, c.hidden}, f.indices, c.topk,
-                                      c.mode, {f.expected.data(), c.tokens, c.hidden}, reference);
+  s = mpg::init_routing_v2_grad(mpg::MatrixView(f.grad.data(), f.grad_rows, c.hidden), f.indices,
+                                c.topk, c.mode,
+                                mpg::MatrixView(f.expected.data(), c.tokens, c.hidden), reference);
   if (!s.ok()) {
     f.error = "reference path: " + s.message();
     return;
@@ -127,7 +128,7 @@ void BM_InitRoutingV2Grad(benchmark::State& state, mpg::Mode mode,
   const mpg::ConstMatrixView<T> grad(f.grad.data(), f.grad_rows, c.hidden);
   const mpg::MatrixView<T> out(f.out.data(), c.tokens, c.hidden);
   const auto run = [&] {
-    return mpg::init_routing_v2_grad<T, I>(grad, f.indices, c.topk, mode, out, options);
+    return mpg::init_routing_v2_grad(grad, f.indices, c.topk, mode, out, options);
   };
   std::memset(static_cast<void*>(f.out.data()), 0xA5, f.out.size() * sizeof(T));
   if (mpg::Status s = run(); !s.ok()) {

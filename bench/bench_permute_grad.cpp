@@ -99,8 +99,8 @@ void build(const Case& c, Fixture<T, I>& f) {
   f.expected.assign(f.out.size(), T(0.0f));
   mpg::Options reference;
   reference.path = mpg::Path::kReference;
-  s = mpg::permute_grad<T, I>({f.grad.data(), f.grad_rows, c.hidden}, f.indices, c.topk, c.mode,
-                              {f.expected.data(), c.tokens, c.hidden}, reference);
+  s = mpg::permute_grad(mpg::MatrixView(f.grad.data(), f.grad_rows, c.hidden), f.indices, c.topk,
+                        c.mode, mpg::MatrixView(f.expected.data(), c.tokens, c.hidden), reference);
   if (!s.ok()) {
     f.error = "reference path: " + s.message();
     return;
@@ -134,8 +134,7 @@ void BM_PermuteGrad(benchmark::State& state, mpg::Mode mode, mpg::Isa isa,
 
   // Bit-for-bit check of this thread count's and ISA's output, over a poisoned out.
   std::memset(static_cast<void*>(f.out.data()), 0xA5, f.out.size() * sizeof(T));
-  if (mpg::Status s = mpg::permute_grad<T, I>(grad, f.indices, c.topk, mode, out, options);
-      !s.ok()) {
+  if (mpg::Status s = mpg::permute_grad(grad, f.indices, c.topk, mode, out, options); !s.ok()) {
     state.SkipWithError(("permute_grad failed: " + s.message()).c_str());
     return;
   }
@@ -146,8 +145,7 @@ void BM_PermuteGrad(benchmark::State& state, mpg::Mode mode, mpg::Isa isa,
 
   mpg::bench::time_op(
       state, f.bytes, threads,
-      [&] { return mpg::permute_grad<T, I>(grad, f.indices, c.topk, mode, out, options); },
-      yardstick);
+      [&] { return mpg::permute_grad(grad, f.indices, c.topk, mode, out, options); }, yardstick);
 }
 
 template <class T, class I>

@@ -85,9 +85,9 @@ void build(const Case& c, Fixture<T, I, P>& f) {
   f.expected.assign(f.out.size(), T(0.0f));
   mpg::Options reference;
   reference.path = mpg::Path::kReference;
-  s = mpg::unpermute<T, I, P>({f.permuted.data(), f.rows, c.hidden}, f.indices,
-                              {f.probs.data(), c.tokens, c.topk}, mpg::Mode::kDropless,
-                              {f.expected.data(), c.tokens, c.hidden}, reference);
+  s = mpg::unpermute(mpg::MatrixView(f.permuted.data(), f.rows, c.hidden), f.indices,
+                     mpg::MatrixView(f.probs.data(), c.tokens, c.topk), mpg::Mode::kDropless,
+                     mpg::MatrixView(f.expected.data(), c.tokens, c.hidden), reference);
   if (!s.ok()) {
     f.error = "reference path: " + s.message();
     return;
@@ -117,7 +117,7 @@ void BM_TokenUnpermute(benchmark::State& state, mpg::bench::Yardstick yardstick)
   const mpg::ConstMatrixView<P> probs(f.probs.data(), c.tokens, c.topk);
   const mpg::MatrixView<T> out(f.out.data(), c.tokens, c.hidden);
   const auto run = [&] {
-    return mpg::unpermute<T, I, P>(permuted, f.indices, probs, mpg::Mode::kDropless, out, options);
+    return mpg::unpermute(permuted, f.indices, probs, mpg::Mode::kDropless, out, options);
   };
   std::memset(static_cast<void*>(f.out.data()), 0xA5, f.out.size() * sizeof(T));
   if (mpg::Status s = run(); !s.ok()) {

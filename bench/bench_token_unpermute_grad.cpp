@@ -68,9 +68,10 @@ void BM_TokenUnpermuteGrad(benchmark::State& state, mpg::bench::Yardstick yardst
     mpg::Options reference;
     reference.path = mpg::Path::kReference;
     const auto run = [&](std::vector<T>& dx, std::vector<P>& dp, const mpg::Options& o) {
-      return mpg::unpermute_grad<T, P, int32_t>(
-          {f.tokens.data(), f.kept_rows, h}, {f.grad.data(), n, h}, f.indices,
-          {f.probs.data(), n, k}, {dx.data(), n * k, h}, {dp.data(), n, k}, o);
+      return mpg::unpermute_grad(
+          mpg::MatrixView(f.tokens.data(), f.kept_rows, h), mpg::MatrixView(f.grad.data(), n, h),
+          f.indices, mpg::MatrixView(f.probs.data(), n, k), mpg::MatrixView(dx.data(), n * k, h),
+          mpg::MatrixView(dp.data(), n, k), o);
     };
     if (!run(want_dx, want_dp, reference).ok() || !run(f.dx, f.dp, mpg::Options{}).ok() ||
         std::memcmp(want_dx.data(), f.dx.data(), f.dx.size() * sizeof(T)) != 0 ||
@@ -92,9 +93,10 @@ void BM_TokenUnpermuteGrad(benchmark::State& state, mpg::bench::Yardstick yardst
   mpg::bench::time_op(
       state, bytes, threads,
       [&] {
-        return mpg::unpermute_grad<T, P, int32_t>(
-            {f.tokens.data(), f.kept_rows, h}, {f.grad.data(), n, h}, f.indices,
-            {f.probs.data(), n, k}, {f.dx.data(), n * k, h}, {f.dp.data(), n, k}, options);
+        return mpg::unpermute_grad(
+            mpg::MatrixView(f.tokens.data(), f.kept_rows, h), mpg::MatrixView(f.grad.data(), n, h),
+            f.indices, mpg::MatrixView(f.probs.data(), n, k),
+            mpg::MatrixView(f.dx.data(), n * k, h), mpg::MatrixView(f.dp.data(), n, k), options);
       },
       yardstick);
 }

@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
   reference_options.path = mpg::Path::kReference;
 
   if (!report("permute_grad (reference)",
-              mpg::permute_grad<T, Index>(grad_view, sorted_indices, c.topk, mpg::Mode::kDropless,
-                                          {out_reference.data(), c.tokens, c.hidden},
-                                          reference_options)) ||
+              mpg::permute_grad(grad_view, sorted_indices, c.topk, mpg::Mode::kDropless,
+                                mpg::MatrixView(out_reference.data(), c.tokens, c.hidden),
+                                reference_options)) ||
       !run_two_phase(grad, rows, sorted_indices, c, &out_two_phase)) {
     return 1;
   }
@@ -203,8 +203,8 @@ int main(int argc, char** argv) {
   for (int64_t run = 0; run <= c.runs; ++run) {  // run 0 is the warm-up
     const auto start = std::chrono::steady_clock::now();
     const mpg::Status s =
-        mpg::permute_grad<T, Index>(grad_view, sorted_indices, c.topk, mpg::Mode::kDropless,
-                                    {out.data(), c.tokens, c.hidden}, options);
+        mpg::permute_grad(grad_view, sorted_indices, c.topk, mpg::Mode::kDropless,
+                          mpg::MatrixView(out.data(), c.tokens, c.hidden), options);
     const auto stop = std::chrono::steady_clock::now();
     if (!report("permute_grad", s)) return 1;
     if (run > 0) seconds.push_back(std::chrono::duration<double>(stop - start).count());

@@ -24,7 +24,6 @@
 #include <limits>
 #include <memory>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "mpg/aclnn.hpp"
@@ -195,17 +194,16 @@ mpg::Status reference(const Call& c, const std::vector<T>& grad, int64_t rows, i
   const bool padded = c.op == Op::kInitRoutingV2Grad ? c.drop_pad_mode == 1 : c.padded;
   const mpg::Mode mode = padded ? mpg::Mode::kPadded : mpg::Mode::kDropless;
   switch (c.op) {
-    case Op::kPermuteGrad: return mpg::permute_grad<T, I>(g, s, c.topk, mode, out, options);
-    case Op::kInitRoutingV2Grad:
-      return mpg::init_routing_v2_grad<T, I>(g, s, c.topk, mode, out, options);
+    case Op::kPermuteGrad: return mpg::permute_grad(g, s, c.topk, mode, out, options);
+    case Op::kInitRoutingV2Grad: return mpg::init_routing_v2_grad(g, s, c.topk, mode, out, options);
     case Op::kUnpermute: break;
   }
-  if (!c.with_probs) return mpg::unpermute<T, I>(g, s, mode, out, options);
+  if (!c.with_probs) return mpg::unpermute(g, s, mode, out, options);
   const auto weighted = [&](auto tag) {
     using P = typename decltype(tag)::type;
     const std::vector<P> probs = gather_probs<P>(c.probs, before);
-    return mpg::unpermute<T, I, P>(g, s, {probs.data(), c.probs.dims[0], c.probs.dims[1]}, mode,
-                                   out, options);
+    return mpg::unpermute(g, s, mpg::MatrixView(probs.data(), c.probs.dims[0], c.probs.dims[1]),
+                          mode, out, options);
   };
   mpg::DType probs_dtype{};
   // Phase one accepted it, so it is an arithmetic dtype.
@@ -648,10 +646,10 @@ void check_token_permute(const Desc& tok, const Desc& ids, const Desc& out, cons
   options.path = mpg::Path::kReference;
   // The op copies bytes: any token type of the same size gives the same bytes.
   const auto reference = [&](auto* typed_tokens, auto* typed_out) {
-    using T = std::remove_pointer_t<decltype(typed_out)>;
-    return mpg::token_permute<T, E>({typed_tokens, n, hidden}, {expert_ids.data(), n * topk}, topk,
-                                    num_out_tokens, {typed_out, rows, hidden},
-                                    {expected_sorted.data(), n * topk}, options);
+    return mpg::token_permute(mpg::MatrixView(typed_tokens, n, hidden),
+                              mpg::IndexView(expert_ids.data(), n * topk), topk, num_out_tokens,
+                              mpg::MatrixView(typed_out, rows, hidden),
+                              {expected_sorted.data(), n * topk}, options);
   };
   mpg::Status ref;
   switch (es) {
@@ -902,11 +900,12 @@ void check_unpermute_grad(const Desc& x, const Desc& g, const Desc& s, const Des
   if (p != nullptr) {
     const std::vector<uint8_t> probs = gather_matrix(*p, before);
     want_dp.resize(static_cast<size_t>(std::max<int64_t>(num_elements(*p), 1)));
-    ref = mpg::unpermute_grad<T, P, I>(
-        xv, gv, sv, {reinterpret_cast<const P*>(probs.data()), p->dims[0], p->dims[1]}, dxv,
-        {want_dp.data(), p->dims[0], p->dims[1]}, options);
+    ref = mpg::unpermute_grad(
+        xv, gv, sv,
+        mpg::MatrixView(reinterpret_cast<const P*>(probs.data()), p->dims[0], p->dims[1]), dxv,
+        mpg::MatrixView(want_dp.data(), p->dims[0], p->dims[1]), options);
   } else {
-    ref = mpg::unpermute_grad<T, I>(xv, gv, sv, dxv, options);
+    ref = mpg::unpermute_grad(xv, gv, sv, dxv, options);
   }
   FUZZ_CHECK(ref.ok() == (phase2 == acl::kSuccess));
   if (!ref.ok()) {

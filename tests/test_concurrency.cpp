@@ -48,9 +48,9 @@ Job make_job(uint32_t seed, int64_t tokens, int64_t topk, int64_t hidden) {
   job.expected.assign(static_cast<size_t>(tokens * hidden), mpg::bfloat16(0.0f));
   mpg::Options reference;
   reference.path = mpg::Path::kReference;
-  const mpg::Status s = mpg::permute_grad<mpg::bfloat16, int32_t>(
-      {job.grad.data(), job.grad_rows, hidden}, job.indices, topk, mpg::Mode::kDropless,
-      {job.expected.data(), tokens, hidden}, reference);
+  const mpg::Status s = mpg::permute_grad(
+      mpg::MatrixView(job.grad.data(), job.grad_rows, hidden), job.indices, topk,
+      mpg::Mode::kDropless, mpg::MatrixView(job.expected.data(), tokens, hidden), reference);
   EXPECT_TRUE(s.ok()) << s.message();
   return job;
 }
@@ -91,9 +91,9 @@ bool run_job(const Job& job, Kind kind, std::vector<mpg::bfloat16>* out) {
   mpg::Options options;
   if (kind == Kind::kTwoThreads) options.num_threads = 2;
   if (kind == Kind::kOneThread) options.num_threads = 1;
-  return mpg::permute_grad<mpg::bfloat16, int32_t>({job.grad.data(), job.grad_rows, job.hidden},
-                                                   job.indices, job.topk, mpg::Mode::kDropless,
-                                                   {out->data(), job.tokens, job.hidden}, options)
+  return mpg::permute_grad(mpg::MatrixView(job.grad.data(), job.grad_rows, job.hidden), job.indices,
+                           job.topk, mpg::Mode::kDropless,
+                           mpg::MatrixView(out->data(), job.tokens, job.hidden), options)
       .ok();
 }
 
@@ -144,9 +144,9 @@ TEST(Concurrency, CallerParallelForFromTwoThreads) {
       const Job& job = jobs[c];
       for (int call = 0; call < 8; ++call) {
         std::vector<mpg::bfloat16> out(job.expected.size());
-        const mpg::Status s = mpg::permute_grad<mpg::bfloat16, int32_t>(
-            {job.grad.data(), job.grad_rows, job.hidden}, job.indices, job.topk,
-            mpg::Mode::kDropless, {out.data(), job.tokens, job.hidden}, options);
+        const mpg::Status s = mpg::permute_grad(
+            mpg::MatrixView(job.grad.data(), job.grad_rows, job.hidden), job.indices, job.topk,
+            mpg::Mode::kDropless, mpg::MatrixView(out.data(), job.tokens, job.hidden), options);
         if (!s.ok() || !same_bits(out, job.expected)) failures.fetch_add(1);
       }
     });

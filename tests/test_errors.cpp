@@ -36,7 +36,7 @@ struct TypedCase {
 
 mpg::Status call_with(mpg::ConstMatrixView<float> grad, const std::vector<int32_t>& s, int64_t topk,
                       Mode mode, mpg::MatrixView<float> out, const mpg::Options& options = {}) {
-  return mpg::permute_grad<float, int32_t>(grad, s, topk, mode, out, options);
+  return mpg::permute_grad(grad, s, topk, mode, out, options);
 }
 
 std::vector<TypedCase> typed_cases() {
@@ -136,15 +136,13 @@ std::vector<TypedCase> typed_cases() {
        [](V& v) {
          // Truncated to 32 bits this would be 1, a duplicate: the full value must be checked.
          const std::vector<int64_t> s = {3, 0, 7, 2, (int64_t{1} << 32) + 1, 6, 5, 4};
-         return mpg::permute_grad<float, int64_t>(v.grad.const_view(), s, kTopK, Mode::kDropless,
-                                                  v.out.view());
+         return mpg::permute_grad(v.grad.const_view(), s, kTopK, Mode::kDropless, v.out.view());
        }},
       {"Int64BeyondInt32Padded", ErrorCode::kIndexOutOfRange,
        "sorted_indices[0] = -4294967295 is out of range [-1, 8)",
        [](V& v) {
          const std::vector<int64_t> s = {-(int64_t{1} << 32) + 1, -1, 5, 7, 2, 3, -1, 1};
-         return mpg::permute_grad<float, int64_t>(v.grad.const_view(), s, kTopK, Mode::kPadded,
-                                                  v.out.view());
+         return mpg::permute_grad(v.grad.const_view(), s, kTopK, Mode::kPadded, v.out.view());
        }},
       {"OutOverlapsGrad", ErrorCode::kOverlap, "out overlaps permuted_output_grad",
        [](V& v) {
@@ -189,8 +187,8 @@ TEST(TypedErrors, OutOverlapsIndices) {
   std::vector<uint8_t> before(shared.size_bytes());
   std::memcpy(before.data(), shared.data(), before.size());
   const mpg::Status status =
-      mpg::permute_grad<float, int32_t>(v.grad.const_view(), {s, kCopies}, kTopK, Mode::kDropless,
-                                        {shared.data() + 4, kTokens, kHidden});
+      mpg::permute_grad(v.grad.const_view(), mpg::IndexView(s, kCopies), kTopK, Mode::kDropless,
+                        mpg::MatrixView(shared.data() + 4, kTokens, kHidden));
   EXPECT_EQ(status.code(), ErrorCode::kOverlap) << status.message();
   EXPECT_NE(status.message().find("out overlaps sorted_indices"), std::string::npos)
       << status.message();
@@ -441,8 +439,8 @@ TEST(AclnnErrors, WideGradChecksDuplicatesWithoutABitmap) {
   std::vector<float> grad(kRows, 1.0f);
   const std::vector<int32_t> duplicated = {-1, 900000, 5, 12, 900000, 5};
   GuardedBuffer<float> out(3);
-  mpg::Status s = mpg::permute_grad<float, int32_t>({grad.data(), kRows, 1}, duplicated, 2,
-                                                    Mode::kPadded, {out.data(), 3, 1});
+  mpg::Status s = mpg::permute_grad(mpg::MatrixView(grad.data(), kRows, 1), duplicated, 2,
+                                    Mode::kPadded, mpg::MatrixView(out.data(), 3, 1));
   EXPECT_EQ(s.code(), ErrorCode::kDuplicateIndex);
   EXPECT_NE(s.message().find("sorted_indices[4] = 900000 duplicates sorted_indices[1]"),
             std::string::npos)

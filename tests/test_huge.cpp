@@ -110,9 +110,9 @@ TYPED_TEST(HugePadded, FarRowsAndFarOutRows) {
       T* row = out.as<T>() + t * kOutStride;
       for (int64_t h = 0; h <= kHidden; ++h) row[h] = sentinel;
     }
-    const mpg::Status s = mpg::permute_grad<T, int32_t>(
-        {grad.as<T>(), kRows, kHidden}, indices, kTopk, mpg::Mode::kPadded,
-        {out.as<T>(), kTokens, kHidden, kOutStride}, options);
+    const mpg::Status s = mpg::permute_grad(
+        mpg::MatrixView(grad.as<T>(), kRows, kHidden), indices, kTopk, mpg::Mode::kPadded,
+        mpg::MatrixView(out.as<T>(), kTokens, kHidden, kOutStride), options);
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t t = 0; t < kTokens; ++t) {
       const T* row = out.as<T>() + t * kOutStride;
@@ -146,8 +146,8 @@ TEST(HugeIndices, Int64RowsBeyond2To31) {
   for (const mpg::Options& options : all_paths()) {
     mpg::half out[3 * kHidden];
     const mpg::Status s =
-        mpg::permute_grad<mpg::half, int64_t>({grad.as<mpg::half>(), kRows, kHidden}, indices, 2,
-                                              mpg::Mode::kPadded, {out, 3, kHidden}, options);
+        mpg::permute_grad(mpg::MatrixView(grad.as<mpg::half>(), kRows, kHidden), indices, 2,
+                          mpg::Mode::kPadded, mpg::MatrixView(out, 3, kHidden), options);
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t t = 0; t < 3; ++t) {
       for (int64_t h = 0; h < kHidden; ++h) {
@@ -163,8 +163,9 @@ TEST(HugeIndices, Int64RowsBeyond2To31) {
   // And the row just past the end is rejected with its 64-bit value in the message.
   const std::vector<int64_t> bad = {kRows, 0};
   mpg::half out[kHidden];
-  const mpg::Status s = mpg::permute_grad<mpg::half, int64_t>(
-      {grad.as<mpg::half>(), kRows, kHidden}, bad, 2, mpg::Mode::kPadded, {out, 1, kHidden});
+  const mpg::Status s =
+      mpg::permute_grad(mpg::MatrixView(grad.as<mpg::half>(), kRows, kHidden), bad, 2,
+                        mpg::Mode::kPadded, mpg::MatrixView(out, 1, kHidden));
   EXPECT_EQ(s.code(), mpg::ErrorCode::kIndexOutOfRange);
   EXPECT_NE(s.message().find(std::to_string(kRows)), std::string::npos) << s.message();
 }
@@ -185,8 +186,8 @@ TEST(HugeIndices, Int32LargestRowWithWideStride) {
   for (const mpg::Options& options : all_paths()) {
     float out[2 * kHidden];
     const mpg::Status s =
-        mpg::permute_grad<float, int32_t>({grad.as<float>(), kRows, kHidden}, indices, 2,
-                                          mpg::Mode::kPadded, {out, 2, kHidden}, options);
+        mpg::permute_grad(mpg::MatrixView(grad.as<float>(), kRows, kHidden), indices, 2,
+                          mpg::Mode::kPadded, mpg::MatrixView(out, 2, kHidden), options);
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t h = 0; h < kHidden; ++h) {
       EXPECT_EQ(out[h], value_at(INT32_MAX, h) + value_at(1, h));
@@ -233,9 +234,9 @@ TEST(HugeDropless, RowsTimesHiddenBeyond2To31) {
   }
   for (const mpg::Options& options : {mpg::Options{}, all_paths()[0]}) {
     std::vector<T> out(static_cast<size_t>(kTokens * kHidden), T(-1.0f));
-    const mpg::Status s = mpg::permute_grad<T, int32_t>({grad.as<T>(), kRows, kHidden}, indices,
-                                                        kTopk, mpg::Mode::kDropless,
-                                                        {out.data(), kTokens, kHidden}, options);
+    const mpg::Status s = mpg::permute_grad(mpg::MatrixView(grad.as<T>(), kRows, kHidden), indices,
+                                            kTopk, mpg::Mode::kDropless,
+                                            mpg::MatrixView(out.data(), kTokens, kHidden), options);
     ASSERT_TRUE(s.ok()) << s.message();
     std::vector<T> expected(static_cast<size_t>(kHidden));
     for (int64_t t = 0; t < kTokens; ++t) {

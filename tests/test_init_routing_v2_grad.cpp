@@ -128,9 +128,9 @@ TEST_P(BinaryBinsOrder, HandWorkedSumsOnlyThisOrderGives) {
     SCOPED_TRACE(testing::Message() << "K = " << c.topk);
     const OrderInputs in = order_inputs(c);
     GuardedMatrix<float> out(1, kOrderHidden);
-    const mpg::Status s = mpg::init_routing_v2_grad<float, int32_t>(
-        in.grad.const_view(), in.indices, c.topk, Mode::kDropless, out.view(),
-        mpg_test::path_options(GetParam()));
+    const mpg::Status s =
+        mpg::init_routing_v2_grad(in.grad.const_view(), in.indices, c.topk, Mode::kDropless,
+                                  out.view(), mpg_test::path_options(GetParam()));
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t h = 0; h < kOrderHidden; ++h) {
       ASSERT_EQ(bits_of(out.at(0, h)), bits_of(c.binary_bins * column_scale(h))) << "h = " << h;
@@ -167,8 +167,8 @@ TEST_P(BinaryBinsOrder, DroppedCopiesAndSignedZeros) {
   const uint32_t want[] = {0x00000000u, 0x00000000u,    0x80000000u,
                            0x00000000u, bits_of(1.75f), 0x00000000u};
   GuardedMatrix<float> out(6, hidden);
-  const mpg::Status s = mpg::init_routing_v2_grad<float, int32_t>(
-      grad.const_view(), indices, 4, Mode::kPadded, out.view(), mpg_test::path_options(GetParam()));
+  const mpg::Status s = mpg::init_routing_v2_grad(grad.const_view(), indices, 4, Mode::kPadded,
+                                                  out.view(), mpg_test::path_options(GetParam()));
   ASSERT_TRUE(s.ok()) << s.message();
   for (int64_t t = 0; t < 6; ++t) {
     for (int64_t h = 0; h < hidden; ++h)
@@ -433,18 +433,17 @@ TEST(InitRoutingV2GradTyped, ErrorsNameTheOpsArguments) {
   GuardedMatrix<float> grad(8, 8);
   std::vector<int32_t> indices = {3, 0, 7, 2, 1, 6, 5, 4};
   GuardedMatrix<float> out(4, 8);
-  mpg::Status s = mpg::init_routing_v2_grad<float, int32_t>(grad.const_view(), indices, 0,
-                                                            Mode::kDropless, out.view());
+  mpg::Status s =
+      mpg::init_routing_v2_grad(grad.const_view(), indices, 0, Mode::kDropless, out.view());
   EXPECT_EQ(s.code(), mpg::ErrorCode::kInvalidArgument);
   EXPECT_NE(s.message().find("top_k = 0"), std::string::npos) << s.message();
   indices[5] = 9;
-  s = mpg::init_routing_v2_grad<float, int32_t>(grad.const_view(), indices, 2, Mode::kDropless,
-                                                out.view());
+  s = mpg::init_routing_v2_grad(grad.const_view(), indices, 2, Mode::kDropless, out.view());
   EXPECT_EQ(s.code(), mpg::ErrorCode::kIndexOutOfRange);
   EXPECT_NE(s.message().find("expanded_row_idx[5] = 9 is out of range [0, 8)"), std::string::npos)
       << s.message();
-  s = mpg::init_routing_v2_grad<float, int32_t>(grad.const_view(), indices, 2, Mode::kDropless,
-                                                {grad.data(), 4, 8});
+  s = mpg::init_routing_v2_grad(grad.const_view(), indices, 2, Mode::kDropless,
+                                mpg::MatrixView(grad.data(), 4, 8));
   EXPECT_EQ(s.code(), mpg::ErrorCode::kOverlap);
   EXPECT_TRUE(out.payload_untouched());
 }

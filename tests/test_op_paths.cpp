@@ -71,15 +71,15 @@ void sweep(PathCase path, Mode mode, Op op) {
         const auto run = [&](GuardedMatrix<T>& out, const mpg::Options& options) {
           switch (op) {
             case Op::kInitRoutingV2Grad:
-              return mpg::init_routing_v2_grad<T, I>(grad.const_view(), routing.sorted_indices,
-                                                     topk, mode, out.view(), options);
+              return mpg::init_routing_v2_grad(grad.const_view(), routing.sorted_indices, topk,
+                                               mode, out.view(), options);
             case Op::kUnpermute:
-              return mpg::unpermute<T, I, P>(grad.const_view(), routing.sorted_indices,
-                                             probs.const_view(), mode, out.view(), options);
+              return mpg::unpermute(grad.const_view(), routing.sorted_indices, probs.const_view(),
+                                    mode, out.view(), options);
             case Op::kUnpermuteWithoutProbs: break;
           }
-          return mpg::unpermute<T, I>(grad.const_view(), routing.sorted_indices, mode, out.view(),
-                                      options);
+          return mpg::unpermute(grad.const_view(), routing.sorted_indices, mode, out.view(),
+                                options);
         };
         auto want = make_matrix<T>(tokens, hidden, layout, 5);
         const mpg::Status ref = run(want, mpg_test::path_options(mpg_test::kReferencePath));

@@ -134,9 +134,10 @@ TEST(OverlapApi, StridedViewsInOneBufferMatchBruteForce) {
         const ByteRows out_bytes{reinterpret_cast<uintptr_t>(buffer.data() + out_offset), kTokens,
                                  kHidden * 4, out_stride * 4};
         const bool shared = brute_force_overlaps(grad_bytes, out_bytes);
-        const mpg::Status s = mpg::permute_grad<float, int32_t>(
-            {buffer.data(), 4, kHidden, grad_stride}, indices, kTopk, mpg::Mode::kDropless,
-            {buffer.data() + out_offset, kTokens, kHidden, out_stride});
+        const mpg::Status s = mpg::permute_grad(
+            mpg::MatrixView(buffer.data(), 4, kHidden, grad_stride), indices, kTopk,
+            mpg::Mode::kDropless,
+            mpg::MatrixView(buffer.data() + out_offset, kTokens, kHidden, out_stride));
         const std::string where = "grad stride " + std::to_string(grad_stride) + ", out at " +
                                   std::to_string(out_offset) + " stride " +
                                   std::to_string(out_stride);
@@ -169,15 +170,17 @@ TEST(OverlapApi, OutInsideIndicesIsRejected) {
   const std::vector<int32_t> before = storage;
   // out [2, 1] float over indices[2..3]: same bytes as two of the index values.
   auto* out = reinterpret_cast<float*>(storage.data() + 2);
-  const mpg::Status s = mpg::permute_grad<float, int32_t>({grad.data(), 4, 1}, {storage.data(), 4},
-                                                          2, mpg::Mode::kDropless, {out, 2, 1});
+  const mpg::Status s =
+      mpg::permute_grad(mpg::MatrixView(grad.data(), 4, 1), mpg::IndexView(storage.data(), 4), 2,
+                        mpg::Mode::kDropless, mpg::MatrixView(out, 2, 1));
   EXPECT_EQ(s.code(), mpg::ErrorCode::kOverlap) << s.message();
   EXPECT_EQ(s.message(), "out overlaps sorted_indices in memory");
   EXPECT_EQ(storage, before);
   // Right after the indices it is fine.
   auto* after = reinterpret_cast<float*>(storage.data() + 4);
-  const mpg::Status ok = mpg::permute_grad<float, int32_t>({grad.data(), 4, 1}, {storage.data(), 4},
-                                                           2, mpg::Mode::kDropless, {after, 2, 1});
+  const mpg::Status ok =
+      mpg::permute_grad(mpg::MatrixView(grad.data(), 4, 1), mpg::IndexView(storage.data(), 4), 2,
+                        mpg::Mode::kDropless, mpg::MatrixView(after, 2, 1));
   ASSERT_TRUE(ok.ok()) << ok.message();
   EXPECT_EQ(after[0], 4.0f + 1.0f);
   EXPECT_EQ(after[1], 2.0f + 3.0f);
@@ -187,12 +190,13 @@ TEST(OverlapApi, ZeroSizeOutMayShareAnAddress) {
   std::vector<float> grad = {1, 2, 3, 4};
   // H = 0: out and grad hold no bytes, so the same pointer is not an overlap.
   const std::vector<int32_t> indices = {0, 1, 2, 3};
-  const mpg::Status s = mpg::permute_grad<float, int32_t>(
-      {grad.data(), 4, 0}, indices, 2, mpg::Mode::kDropless, {grad.data(), 2, 0});
+  const mpg::Status s = mpg::permute_grad(mpg::MatrixView(grad.data(), 4, 0), indices, 2,
+                                          mpg::Mode::kDropless, mpg::MatrixView(grad.data(), 2, 0));
   EXPECT_TRUE(s.ok()) << s.message();
   // N = 0: no out rows at all.
-  const mpg::Status empty = mpg::permute_grad<float, int32_t>(
-      {grad.data(), 0, 4}, {indices.data(), 0}, 2, mpg::Mode::kDropless, {grad.data(), 0, 4});
+  const mpg::Status empty =
+      mpg::permute_grad(mpg::MatrixView(grad.data(), 0, 4), mpg::IndexView(indices.data(), 0), 2,
+                        mpg::Mode::kDropless, mpg::MatrixView(grad.data(), 0, 4));
   EXPECT_TRUE(empty.ok()) << empty.message();
   EXPECT_EQ(grad, (std::vector<float>{1, 2, 3, 4}));
 }

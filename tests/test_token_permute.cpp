@@ -429,7 +429,7 @@ TEST(TokenPermuteErrors, ShapesPointersOverlapsAndOptions) {
   const auto call = [&](mpg::ConstMatrixView<float> t, mpg::IndexView<int32_t> e, int64_t k,
                         int64_t num_out, mpg::MatrixView<float> p, mpg::MutableIndexView<int32_t> s,
                         const mpg::Options& o = {}) {
-    return mpg::token_permute<float, int32_t>(t, e, k, num_out, p, s, o);
+    return mpg::token_permute(t, e, k, num_out, p, s, o);
   };
   const mpg::IndexView<int32_t> e(ids);
   const auto t = tokens.const_view();
@@ -604,8 +604,8 @@ TYPED_TEST(TokenPermuteTyped, RoundTripThroughPermuteGrad) {
 
       GuardedMatrix<T> back(n, hidden);
       const std::vector<int32_t> s = contents(sorted);
-      const mpg::Status st = mpg::permute_grad<T, int32_t>(permuted.const_view(), s, topk,
-                                                           mpg::Mode::kDropless, back.view());
+      const mpg::Status st =
+          mpg::permute_grad(permuted.const_view(), s, topk, mpg::Mode::kDropless, back.view());
       ASSERT_TRUE(st.ok()) << st.message();
       const std::vector<int32_t> ranks = ranks_by_definition(ids);
       for (int64_t t = 0; t < n; ++t) {

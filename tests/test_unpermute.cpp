@@ -19,8 +19,8 @@ template <class T, class I, class P>
 mpg::Status run_unpermute(const GuardedMatrix<T>& tokens, const std::vector<I>& indices,
                           const GuardedMatrix<P>& probs, GuardedMatrix<T>& out,
                           const mpg::Options& options, Mode mode = Mode::kDropless) {
-  return mpg::unpermute<T, I, P>(tokens.const_view(), indices, probs.const_view(), mode, out.view(),
-                                 options);
+  return mpg::unpermute(tokens.const_view(), indices, probs.const_view(), mode, out.view(),
+                        options);
 }
 
 template <class T>
@@ -157,8 +157,8 @@ TEST_P(UnpermuteHandWorked, WithoutProbsGathersKeptRows) {
   fill_rows(tokens, {7.0f, -0.0f, -3.0f});
   const std::vector<int32_t> indices = {2, 4, 0, 3, 1};
   GuardedMatrix<half> out(5, hidden);
-  const mpg::Status s = mpg::unpermute<half, int32_t>(tokens.const_view(), indices, Mode::kDropless,
-                                                      out.view(), options());
+  const mpg::Status s =
+      mpg::unpermute(tokens.const_view(), indices, Mode::kDropless, out.view(), options());
   ASSERT_TRUE(s.ok()) << s.message();
   const uint16_t want[] = {bits_of(half(-3.0f)), 0x0000, bits_of(half(7.0f)), 0x0000, 0x8000};
   for (int64_t i = 0; i < 5; ++i) {
@@ -213,9 +213,8 @@ TEST(UnpermuteProperties, AdjointOfForwardPermute) {
   for (PathCase path : mpg_test::kAllPaths) {
     if (!mpg_test::path_supported(path)) continue;
     GuardedMatrix<float> back(tokens, hidden);
-    const mpg::Status s =
-        mpg::unpermute<float, int32_t>(y.const_view(), routing.sorted_indices, Mode::kDropless,
-                                       back.view(), mpg_test::path_options(path, 3));
+    const mpg::Status s = mpg::unpermute(y.const_view(), routing.sorted_indices, Mode::kDropless,
+                                         back.view(), mpg_test::path_options(path, 3));
     ASSERT_TRUE(s.ok()) << s.message();
     double lhs = 0, rhs = 0, magnitude = 0;
     for (int64_t r = 0; r < routing.grad_rows; ++r) {
@@ -303,8 +302,8 @@ void expect_round_trip(std::mt19937_64& rng, int64_t tokens, int64_t topk, int64
   const int64_t n = mpg::token_permute_rows(num_out_tokens, tokens * topk);
   GuardedMatrix<T> permuted(n, hidden);
   std::vector<int32_t> sorted(static_cast<size_t>(tokens * topk));
-  const mpg::Status forward = mpg::token_permute<T, E>(x.const_view(), expert_ids, topk,
-                                                       num_out_tokens, permuted.view(), sorted);
+  const mpg::Status forward =
+      mpg::token_permute(x.const_view(), expert_ids, topk, num_out_tokens, permuted.view(), sorted);
   ASSERT_TRUE(forward.ok()) << forward.message();
 
   GuardedMatrix<float> probs(tokens, topk);
@@ -333,8 +332,8 @@ void expect_round_trip(std::mt19937_64& rng, int64_t tokens, int64_t topk, int64
     }
     // Without probs: copy i comes back as its token's row if it was kept, else +0.0.
     GuardedMatrix<T> copies(tokens * topk, hidden);
-    s = mpg::unpermute<T, int32_t>(permuted.const_view(), sorted, Mode::kDropless, copies.view(),
-                                   mpg_test::path_options(path));
+    s = mpg::unpermute(permuted.const_view(), sorted, Mode::kDropless, copies.view(),
+                       mpg_test::path_options(path));
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t i = 0; i < tokens * topk; ++i) {
       for (int64_t h = 0; h < hidden; ++h) {
@@ -596,8 +595,8 @@ TEST(UnpermuteTyped, ErrorsNameTheArguments) {
   EXPECT_NE(s.message().find("probs has shape [3, 2] but must be [N, K]"), std::string::npos)
       << s.message();
   GuardedMatrix<half> good(4, 2);
-  s = mpg::unpermute<float, int32_t, half>(tokens.const_view(), indices, good.const_view(),
-                                           Mode::kDropless, {tokens.data(), 4, 6});
+  s = mpg::unpermute(tokens.const_view(), indices, good.const_view(), Mode::kDropless,
+                     mpg::MatrixView(tokens.data(), 4, 6));
   EXPECT_EQ(s.code(), mpg::ErrorCode::kOverlap) << s.message();
   EXPECT_NE(s.message().find("out overlaps permuted_tokens"), std::string::npos) << s.message();
   EXPECT_TRUE(out.payload_untouched());

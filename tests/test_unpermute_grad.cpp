@@ -121,9 +121,8 @@ float library_tree(const std::vector<float>& e, PathCase path) {
   }
   probs.at(0, 0) = 0.5f;
   const std::vector<int32_t> s = {0};
-  const mpg::Status st = mpg::unpermute_grad<float, float, int32_t>(
-      x.const_view(), g.const_view(), s, probs.const_view(), dx.view(), dp.view(),
-      mpg_test::path_options(path, 1));
+  const mpg::Status st = mpg::unpermute_grad(x.const_view(), g.const_view(), s, probs.const_view(),
+                                             dx.view(), dp.view(), mpg_test::path_options(path, 1));
   EXPECT_TRUE(st.ok()) << st.message();
   return dp.at(0, 0);
 }
@@ -233,10 +232,10 @@ struct Call {
 
   mpg::Status run(const mpg::Options& options) {
     if (with_probs) {
-      return mpg::unpermute_grad<T, P, I>(x.const_view(), g.const_view(), s, probs.const_view(),
-                                          dx.view(), dp.view(), options);
+      return mpg::unpermute_grad(x.const_view(), g.const_view(), s, probs.const_view(), dx.view(),
+                                 dp.view(), options);
     }
-    return mpg::unpermute_grad<T, I>(x.const_view(), g.const_view(), s, dx.view(), options);
+    return mpg::unpermute_grad(x.const_view(), g.const_view(), s, dx.view(), options);
   }
 };
 

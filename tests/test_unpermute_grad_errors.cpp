@@ -29,9 +29,8 @@ struct Args {
     mpg_test::fill_random(probs, rng);
   }
   mpg::Status run() {
-    return with_probs
-               ? mpg::unpermute_grad<float, mpg::half, int32_t>(xv, gv, sv, pv, dxv, dpv, options)
-               : mpg::unpermute_grad<float, int32_t>(xv, gv, sv, dxv, options);
+    return with_probs ? mpg::unpermute_grad(xv, gv, sv, pv, dxv, dpv, options)
+                      : mpg::unpermute_grad(xv, gv, sv, dxv, options);
   }
 };
 

@@ -309,8 +309,7 @@ template <class T, class I>
 mpg::Status run_permute_grad(const GuardedMatrix<T>& grad, const std::vector<I>& sorted_indices,
                              int64_t topk, mpg::Mode mode, GuardedMatrix<T>& out,
                              const mpg::Options& options = {}) {
-  return mpg::permute_grad<T, I>(grad.const_view(), sorted_indices, topk, mode, out.view(),
-                                 options);
+  return mpg::permute_grad(grad.const_view(), sorted_indices, topk, mode, out.view(), options);
 }
 
 // The paths every equality test sweeps: the oracle, and the fast path forced to each ISA.

@@ -28,6 +28,8 @@
 #endif
 
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -65,15 +67,31 @@ Status init_routing_v2_grad(ConstMatrixView<T> grad_expanded_x, IndexView<I> exp
   return detail::validate_and_execute<detail::kBinaryBinsSum>(p, options);
 }
 
-template <class GradDerived, class I, class OutDerived>
-Status init_routing_v2_grad(const Eigen::DenseBase<GradDerived>& grad_expanded_x,
-                            IndexView<I> expanded_row_idx, int64_t top_k, Mode mode,
-                            const Eigen::DenseBase<OutDerived>& out, const Options& options = {}) {
-  using T = typename OutDerived::Scalar;
+// The same call with the template arguments deduced: grad_expanded_x as any view convertible to
+// ConstMatrixView<T> (e.g. a MatrixView<T>), expanded_row_idx as an IndexView or a std::vector.
+template <class Grad, class Indices, class T>
+auto init_routing_v2_grad(const Grad& grad_expanded_x, const Indices& expanded_row_idx,
+                          int64_t top_k, Mode mode, MatrixView<T> out, const Options& options = {})
+    -> std::enable_if_t<std::is_convertible_v<const Grad&, ConstMatrixView<T>>,
+                        decltype(detail::as_index_view(expanded_row_idx), Status())> {
+  return init_routing_v2_grad(ConstMatrixView<T>(grad_expanded_x),
+                              detail::as_index_view(expanded_row_idx), top_k, mode, out, options);
+}
+
+// Eigen forms: grad_expanded_x and out as Eigen matrices (out may be a temporary Block or Map),
+// with permute_grad's rules for which Eigen objects are accepted (view_of, mutable_view_of).
+template <class GradDerived, class Indices, class Out,
+          class = std::enable_if_t<
+              std::is_base_of_v<Eigen::DenseBase<std::decay_t<Out>>, std::decay_t<Out>>>>
+auto init_routing_v2_grad(const Eigen::DenseBase<GradDerived>& grad_expanded_x,
+                          const Indices& expanded_row_idx, int64_t top_k, Mode mode, Out&& out,
+                          const Options& options = {})
+    -> decltype(detail::as_index_view(expanded_row_idx), Status()) {
+  using T = typename std::decay_t<Out>::Scalar;
   static_assert(std::is_same_v<typename GradDerived::Scalar, T>,
                 "mpg: grad_expanded_x and out must have the same scalar type");
-  return init_routing_v2_grad<T, I>(view_of(grad_expanded_x), expanded_row_idx, top_k, mode,
-                                    mutable_view_of(out), options);
+  return init_routing_v2_grad(view_of(grad_expanded_x), detail::as_index_view(expanded_row_idx),
+                              top_k, mode, mutable_view_of(std::forward<Out>(out)), options);
 }
 
 }  // namespace mpg

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -39,15 +40,6 @@
 namespace mpg {
 
 namespace detail {
-
-// Whether X is an Eigen dense expression: keeps the Eigen overloads out of overload resolution
-// when the typed ones are called with explicit template arguments (unpermute<T, I>(...)), which
-// would otherwise name Eigen::DenseBase<T>.
-template <class X, class = void>
-struct IsEigenDense : std::false_type {};
-template <class X>
-struct IsEigenDense<X, std::void_t<typename X::Scalar, decltype(X::IsRowMajor)>> : std::true_type {
-};
 
 inline OperandNames unpermute_names() {
   OperandNames names;
@@ -87,29 +79,55 @@ Status unpermute(ConstMatrixView<T> permuted_tokens, IndexView<I> sorted_indices
   return detail::validate_and_execute<detail::kSequentialSum>(p, options);
 }
 
-template <class TokensDerived, class I, class ProbsDerived, class OutDerived,
-          class = std::enable_if_t<detail::IsEigenDense<TokensDerived>::value>>
-Status unpermute(const Eigen::DenseBase<TokensDerived>& permuted_tokens,
-                 IndexView<I> sorted_indices, const Eigen::DenseBase<ProbsDerived>& probs,
-                 Mode mode, const Eigen::DenseBase<OutDerived>& out, const Options& options = {}) {
-  using T = typename OutDerived::Scalar;
-  using P = typename ProbsDerived::Scalar;
-  static_assert(std::is_same_v<typename TokensDerived::Scalar, T>,
-                "mpg: permuted_tokens and out must have the same scalar type");
-  return unpermute<T, I, P>(view_of(permuted_tokens), sorted_indices, view_of(probs), mode,
-                            mutable_view_of(out), options);
+// The same calls with the template arguments deduced: permuted_tokens as any view convertible
+// to ConstMatrixView<T> (e.g. a MatrixView<T>), probs as a MatrixView of P or const P,
+// sorted_indices as an IndexView or a std::vector.
+template <class Tokens, class Indices, class P, class T>
+auto unpermute(const Tokens& permuted_tokens, const Indices& sorted_indices, MatrixView<P> probs,
+               Mode mode, MatrixView<T> out, const Options& options = {})
+    -> std::enable_if_t<std::is_convertible_v<const Tokens&, ConstMatrixView<T>>,
+                        decltype(detail::as_index_view(sorted_indices), Status())> {
+  return unpermute(ConstMatrixView<T>(permuted_tokens), detail::as_index_view(sorted_indices),
+                   ConstMatrixView<std::remove_const_t<P>>(probs), mode, out, options);
 }
 
-template <class TokensDerived, class I, class OutDerived,
-          class = std::enable_if_t<detail::IsEigenDense<TokensDerived>::value>>
-Status unpermute(const Eigen::DenseBase<TokensDerived>& permuted_tokens,
-                 IndexView<I> sorted_indices, Mode mode, const Eigen::DenseBase<OutDerived>& out,
-                 const Options& options = {}) {
-  using T = typename OutDerived::Scalar;
+template <class Tokens, class Indices, class T>
+auto unpermute(const Tokens& permuted_tokens, const Indices& sorted_indices, Mode mode,
+               MatrixView<T> out, const Options& options = {})
+    -> std::enable_if_t<std::is_convertible_v<const Tokens&, ConstMatrixView<T>>,
+                        decltype(detail::as_index_view(sorted_indices), Status())> {
+  return unpermute(ConstMatrixView<T>(permuted_tokens), detail::as_index_view(sorted_indices), mode,
+                   out, options);
+}
+
+// Eigen forms: permuted_tokens, probs and out as Eigen matrices (out may be a temporary Block or
+// Map), with permute_grad's rules for which Eigen objects are accepted (view_of,
+// mutable_view_of); sorted_indices as an IndexView or a std::vector.
+template <class TokensDerived, class Indices, class ProbsDerived, class Out,
+          class = std::enable_if_t<
+              std::is_base_of_v<Eigen::DenseBase<std::decay_t<Out>>, std::decay_t<Out>>>>
+auto unpermute(const Eigen::DenseBase<TokensDerived>& permuted_tokens,
+               const Indices& sorted_indices, const Eigen::DenseBase<ProbsDerived>& probs,
+               Mode mode, Out&& out, const Options& options = {})
+    -> decltype(detail::as_index_view(sorted_indices), Status()) {
+  using T = typename std::decay_t<Out>::Scalar;
   static_assert(std::is_same_v<typename TokensDerived::Scalar, T>,
                 "mpg: permuted_tokens and out must have the same scalar type");
-  return unpermute<T, I>(view_of(permuted_tokens), sorted_indices, mode, mutable_view_of(out),
-                         options);
+  return unpermute(view_of(permuted_tokens), detail::as_index_view(sorted_indices), view_of(probs),
+                   mode, mutable_view_of(std::forward<Out>(out)), options);
+}
+
+template <class TokensDerived, class Indices, class Out,
+          class = std::enable_if_t<
+              std::is_base_of_v<Eigen::DenseBase<std::decay_t<Out>>, std::decay_t<Out>>>>
+auto unpermute(const Eigen::DenseBase<TokensDerived>& permuted_tokens,
+               const Indices& sorted_indices, Mode mode, Out&& out, const Options& options = {})
+    -> decltype(detail::as_index_view(sorted_indices), Status()) {
+  using T = typename std::decay_t<Out>::Scalar;
+  static_assert(std::is_same_v<typename TokensDerived::Scalar, T>,
+                "mpg: permuted_tokens and out must have the same scalar type");
+  return unpermute(view_of(permuted_tokens), detail::as_index_view(sorted_indices), mode,
+                   mutable_view_of(std::forward<Out>(out)), options);
 }
 
 }  // namespace mpg

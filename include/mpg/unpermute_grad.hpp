@@ -102,6 +102,36 @@ Status unpermute_grad(ConstMatrixView<T> permuted_tokens, ConstMatrixView<T> unp
   return detail::validate_and_execute_unpermute_grad(p, options);
 }
 
+// The same calls with the template arguments deduced: the inputs as any views convertible to
+// ConstMatrixView (e.g. MatrixView<T>), sorted_indices as an IndexView or a std::vector; T and P
+// come from the outputs.
+template <class Tokens, class Grad, class Indices, class Probs, class T, class P>
+auto unpermute_grad(const Tokens& permuted_tokens, const Grad& unpermuted_tokens_grad,
+                    const Indices& sorted_indices, const Probs& probs,
+                    MatrixView<T> permuted_tokens_grad_out, MatrixView<P> probs_grad_out,
+                    const Options& options = {})
+    -> std::enable_if_t<std::is_convertible_v<const Tokens&, ConstMatrixView<T>> &&
+                            std::is_convertible_v<const Grad&, ConstMatrixView<T>> &&
+                            std::is_convertible_v<const Probs&, ConstMatrixView<P>>,
+                        decltype(detail::as_index_view(sorted_indices), Status())> {
+  return unpermute_grad(ConstMatrixView<T>(permuted_tokens),
+                        ConstMatrixView<T>(unpermuted_tokens_grad),
+                        detail::as_index_view(sorted_indices), ConstMatrixView<P>(probs),
+                        permuted_tokens_grad_out, probs_grad_out, options);
+}
+
+template <class Tokens, class Grad, class Indices, class T>
+auto unpermute_grad(const Tokens& permuted_tokens, const Grad& unpermuted_tokens_grad,
+                    const Indices& sorted_indices, MatrixView<T> permuted_tokens_grad_out,
+                    const Options& options = {})
+    -> std::enable_if_t<std::is_convertible_v<const Tokens&, ConstMatrixView<T>> &&
+                            std::is_convertible_v<const Grad&, ConstMatrixView<T>>,
+                        decltype(detail::as_index_view(sorted_indices), Status())> {
+  return unpermute_grad(ConstMatrixView<T>(permuted_tokens),
+                        ConstMatrixView<T>(unpermuted_tokens_grad),
+                        detail::as_index_view(sorted_indices), permuted_tokens_grad_out, options);
+}
+
 // Eigen forms (template arguments deduced): X, g and probs as Eigen matrices, sorted_indices as
 // an IndexView or a std::vector, the outputs as writable Eigen matrices, Maps or Blocks (which
 // may be temporaries). Row-major, as for permute_grad (view_of).

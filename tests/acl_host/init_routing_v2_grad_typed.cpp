@@ -13,9 +13,9 @@ int main() {
     auto out = C::out();
     const auto indices = C::expanded_row_idx();
     if (!report("dropless_f32_int32",
-                mpg::init_routing_v2_grad<float, int32_t>({grad.data(), C::kRows, C::kHidden},
-                                                          indices, C::kTopk, mpg::Mode::kDropless,
-                                                          {out.data(), C::kTokens, C::kHidden}))) {
+                mpg::init_routing_v2_grad(mpg::MatrixView(grad.data(), C::kRows, C::kHidden),
+                                          indices, C::kTopk, mpg::Mode::kDropless,
+                                          mpg::MatrixView(out.data(), C::kTokens, C::kHidden)))) {
       return 1;
     }
     PrintBits("dropless_f32_int32 out", out);
@@ -26,9 +26,9 @@ int main() {
     auto out = from_bits<mpg::half>(C::out());
     const auto indices = C::expanded_row_idx();
     if (!report("active_f16_int64",
-                mpg::init_routing_v2_grad<mpg::half, int64_t>(
-                    {grad.data(), C::kActive, C::kHidden}, indices, C::kTopk, mpg::Mode::kDropless,
-                    {out.data(), C::kTokens, C::kHidden}))) {
+                mpg::init_routing_v2_grad(mpg::MatrixView(grad.data(), C::kActive, C::kHidden),
+                                          indices, C::kTopk, mpg::Mode::kDropless,
+                                          mpg::MatrixView(out.data(), C::kTokens, C::kHidden)))) {
       return 1;
     }
     PrintBits("active_f16_int64 out", out);
@@ -39,9 +39,10 @@ int main() {
     auto out = from_bits<mpg::bfloat16>(C::out());
     const auto indices = C::expanded_row_idx();
     if (!report("padded_bf16_int32",
-                mpg::init_routing_v2_grad<mpg::bfloat16, int32_t>(
-                    {grad.data(), C::kExperts * C::kCapacity, C::kHidden}, indices, C::kTopk,
-                    mpg::Mode::kPadded, {out.data(), C::kTokens, C::kHidden}))) {
+                mpg::init_routing_v2_grad(
+                    mpg::MatrixView(grad.data(), C::kExperts * C::kCapacity, C::kHidden), indices,
+                    C::kTopk, mpg::Mode::kPadded,
+                    mpg::MatrixView(out.data(), C::kTokens, C::kHidden)))) {
       return 1;
     }
     PrintBits("padded_bf16_int32 out", out);

@@ -12,9 +12,10 @@ int main() {
     const auto grad = from_bits<mpg::bfloat16>(C::grad());
     auto out = from_bits<mpg::bfloat16>(C::out());
     const auto indices = C::sorted_indices();
-    const mpg::Status s = mpg::permute_grad<mpg::bfloat16, int64_t>(
-        {grad.data(), C::kExperts * C::kCapacity, C::kHidden, C::kRowStride}, indices, C::kTopk,
-        mpg::Mode::kPadded, {out.data() + C::kOutOffset, C::kTokens, C::kHidden, C::kOutRowStride});
+    const mpg::Status s = mpg::permute_grad(
+        mpg::MatrixView(grad.data(), C::kExperts * C::kCapacity, C::kHidden, C::kRowStride),
+        indices, C::kTopk, mpg::Mode::kPadded,
+        mpg::MatrixView(out.data() + C::kOutOffset, C::kTokens, C::kHidden, C::kOutRowStride));
     if (!report("padded_bf16_int64", s)) return 1;
     PrintBits("padded_bf16_int64 out", out);
   }
@@ -23,9 +24,9 @@ int main() {
     const auto grad = from_bits<mpg::half>(C::grad());
     auto out = from_bits<mpg::half>(C::out());
     const auto indices = C::sorted_indices();
-    const mpg::Status s = mpg::permute_grad<mpg::half, int32_t>(
-        {grad.data(), C::kRows, C::kHidden}, indices, C::kTopk, mpg::Mode::kDropless,
-        {out.data(), C::kTokens, C::kHidden});
+    const mpg::Status s = mpg::permute_grad(mpg::MatrixView(grad.data(), C::kRows, C::kHidden),
+                                            indices, C::kTopk, mpg::Mode::kDropless,
+                                            mpg::MatrixView(out.data(), C::kTokens, C::kHidden));
     if (!report("dropless_f16_int32", s)) return 1;
     PrintBits("dropless_f16_int32 out", out);
   }
@@ -34,9 +35,9 @@ int main() {
     const auto grad = C::grad();
     auto out = C::out();
     const auto indices = C::sorted_indices();
-    const mpg::Status s = mpg::permute_grad<float, int32_t>({grad.data(), C::kRows, C::kHidden},
-                                                            indices, C::kTopk, mpg::Mode::kDropless,
-                                                            {out.data(), C::kTokens, C::kHidden});
+    const mpg::Status s = mpg::permute_grad(mpg::MatrixView(grad.data(), C::kRows, C::kHidden),
+                                            indices, C::kTopk, mpg::Mode::kDropless,
+                                            mpg::MatrixView(out.data(), C::kTokens, C::kHidden));
     if (!report("hand_f32", s)) return 1;
     PrintBits("hand_f32 out", out);
   }

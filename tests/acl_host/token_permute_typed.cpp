@@ -13,10 +13,11 @@ int main() {
     const auto ids = C::expert_ids();
     auto permuted = from_bits<mpg::bfloat16>(C::permuted());
     auto sorted = C::sorted_indices();
-    if (!report("keep_all_bf16_int32", mpg::token_permute<mpg::bfloat16, int32_t>(
-                                           {tokens.data(), C::kTokens, C::kHidden}, ids, C::kTopk,
-                                           C::kOutTokens, {permuted.data(), C::kRows, C::kHidden},
-                                           {sorted.data(), static_cast<int64_t>(sorted.size())}))) {
+    if (!report("keep_all_bf16_int32",
+                mpg::token_permute(mpg::MatrixView(tokens.data(), C::kTokens, C::kHidden), ids,
+                                   C::kTopk, C::kOutTokens,
+                                   mpg::MatrixView(permuted.data(), C::kRows, C::kHidden),
+                                   {sorted.data(), static_cast<int64_t>(sorted.size())}))) {
       return 1;
     }
     PrintBits("keep_all_bf16_int32 permute_tokens_out", permuted);
@@ -28,10 +29,11 @@ int main() {
     const auto ids = C::expert_ids();
     auto permuted = C::permuted();
     auto sorted = C::sorted_indices();
-    if (!report("dropping_int8_int64", mpg::token_permute<int8_t, int64_t>(
-                                           {tokens.data(), C::kTokens, C::kHidden}, ids, C::kTopk,
-                                           C::kOutTokens, {permuted.data(), C::kRows, C::kHidden},
-                                           {sorted.data(), static_cast<int64_t>(sorted.size())}))) {
+    if (!report("dropping_int8_int64",
+                mpg::token_permute(mpg::MatrixView(tokens.data(), C::kTokens, C::kHidden), ids,
+                                   C::kTopk, C::kOutTokens,
+                                   mpg::MatrixView(permuted.data(), C::kRows, C::kHidden),
+                                   {sorted.data(), static_cast<int64_t>(sorted.size())}))) {
       return 1;
     }
     PrintBits("dropping_int8_int64 permute_tokens_out", permuted);

@@ -16,11 +16,12 @@ int main() {
     auto tokens_grad = from_bits<mpg::bfloat16>(C::permuted_tokens_grad());
     auto probs_grad = from_bits<mpg::bfloat16>(C::probs_grad());
     if (!report("weighted_bf16_int32",
-                mpg::unpermute_grad<mpg::bfloat16, mpg::bfloat16, int32_t>(
-                    {tokens.data(), C::kRows, C::kHidden}, {grad.data(), C::kTokens, C::kHidden},
-                    indices, {probs.data(), C::kTokens, C::kTopk},
-                    {tokens_grad.data(), C::kTokens * C::kTopk, C::kHidden},
-                    {probs_grad.data(), C::kTokens, C::kTopk}))) {
+                mpg::unpermute_grad(
+                    mpg::MatrixView(tokens.data(), C::kRows, C::kHidden),
+                    mpg::MatrixView(grad.data(), C::kTokens, C::kHidden), indices,
+                    mpg::MatrixView(probs.data(), C::kTokens, C::kTopk),
+                    mpg::MatrixView(tokens_grad.data(), C::kTokens * C::kTopk, C::kHidden),
+                    mpg::MatrixView(probs_grad.data(), C::kTokens, C::kTopk)))) {
       return 1;
     }
     PrintBits("weighted_bf16_int32 permuted_tokens_grad_out", tokens_grad);
@@ -33,9 +34,9 @@ int main() {
     const auto indices = C::sorted_indices();
     auto tokens_grad = C::permuted_tokens_grad();
     if (!report("unweighted_f32_int64",
-                mpg::unpermute_grad<float, int64_t>(
-                    {tokens.data(), C::kRows, C::kHidden}, {grad.data(), C::kCopies, C::kHidden},
-                    indices, {tokens_grad.data(), C::kCopies, C::kHidden}))) {
+                mpg::unpermute_grad(mpg::MatrixView(tokens.data(), C::kRows, C::kHidden),
+                                    mpg::MatrixView(grad.data(), C::kCopies, C::kHidden), indices,
+                                    mpg::MatrixView(tokens_grad.data(), C::kCopies, C::kHidden)))) {
       return 1;
     }
     PrintBits("unweighted_f32_int64 permuted_tokens_grad_out", tokens_grad);

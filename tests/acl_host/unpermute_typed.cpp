@@ -14,10 +14,10 @@ int main() {
     const auto probs = C::probs();
     auto out = from_bits<mpg::bfloat16>(C::out());
     if (!report("weighted_bf16_int32",
-                mpg::unpermute<mpg::bfloat16, int32_t, float>(
-                    {tokens.data(), C::kRows, C::kHidden}, indices,
-                    {probs.data(), C::kTokens, C::kTopk}, mpg::Mode::kDropless,
-                    {out.data(), C::kTokens, C::kHidden}))) {
+                mpg::unpermute(mpg::MatrixView(tokens.data(), C::kRows, C::kHidden), indices,
+                               mpg::MatrixView(probs.data(), C::kTokens, C::kTopk),
+                               mpg::Mode::kDropless,
+                               mpg::MatrixView(out.data(), C::kTokens, C::kHidden)))) {
       return 1;
     }
     PrintBits("weighted_bf16_int32 out", out);
@@ -28,9 +28,9 @@ int main() {
     const auto indices = C::sorted_indices();
     auto out = from_bits<mpg::half>(C::out());
     if (!report("unweighted_f16_int64",
-                mpg::unpermute<mpg::half, int64_t>({tokens.data(), C::kRows, C::kHidden}, indices,
-                                                   mpg::Mode::kDropless,
-                                                   {out.data(), C::kCopies, C::kHidden}))) {
+                mpg::unpermute(mpg::MatrixView(tokens.data(), C::kRows, C::kHidden), indices,
+                               mpg::Mode::kDropless,
+                               mpg::MatrixView(out.data(), C::kCopies, C::kHidden)))) {
       return 1;
     }
     PrintBits("unweighted_f16_int64 out", out);

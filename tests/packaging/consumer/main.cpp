@@ -18,8 +18,9 @@ int main() {
   const std::vector<float> grad = {1, 10, 2, 20, 3, 30};
   const std::vector<int> indices = {2, 3, 0, 1};  // token 0: rows 2 and (dropped) 3; token 1: 0, 1
   std::vector<float> out(4, -1.0f);
-  const mpg::Status status = mpg::permute_grad<float, int>(
-      {grad.data(), 3, 2}, indices, 2, mpg::Mode::kDropless, {out.data(), 2, 2});
+  const mpg::Status status =
+      mpg::permute_grad(mpg::MatrixView(grad.data(), 3, 2), indices, 2, mpg::Mode::kDropless,
+                        mpg::MatrixView(out.data(), 2, 2));
   const std::vector<float> expected = {3, 30, 1 + 2, 10 + 20};
   if (!status.ok() || out != expected) {
     std::printf("FAILED: status '%s', out = {%g, %g, %g, %g}\n", status.message().c_str(), out[0],
