@@ -14,6 +14,7 @@
 #   MPG_TUNE_ROUNDS    rounds (default 2); MPG_TUNE_REPETITIONS per round (default 3)
 #   MPG_TUNE_FILTER    --benchmark_filter (default: the default-ISA rows, all shapes)
 #   MPG_TUNE_FLAGS     extra CMAKE_CXX_FLAGS for every variant (e.g. -march=native)
+#   MPG_TUNE_RUN       1 build and run (default), 0 build only, 2 run only
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -35,7 +36,9 @@ define_of() {
   esac
 }
 
+run=${MPG_TUNE_RUN:-1}  # 0: build only (e.g. while the machine is busy), 2: run only
 for variant in $variants; do
+  if [[ $run == 2 ]]; then break; fi
   dir=$out/${variant//=/-}
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
     "-DCMAKE_CXX_FLAGS=${MPG_TUNE_FLAGS:-} $(define_of "$variant")" -DMPG_BUILD_TESTS=OFF \
@@ -43,6 +46,7 @@ for variant in $variants; do
   cmake --build "$dir" -j"$(nproc)" --target bench_permute_grad >/dev/null
 done
 
+if [[ $run == 0 ]]; then exit 0; fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((round = 1; round <= rounds; ++round)); do
   for variant in $variants; do
