@@ -10,7 +10,8 @@
 #   bash scripts/tune_kernels.sh                          # all variants, 2 rounds x 3 repetitions
 #   MPG_TUNE_VARIANTS="default prefetch=0" MPG_TUNE_ROUNDS=3 bash scripts/tune_kernels.sh
 #
-#   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>
+#   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>, or
+#                      settings joined by +, e.g. prefetch=0+block=4
 #   MPG_TUNE_ROUNDS    rounds (default 2); MPG_TUNE_REPETITIONS per round (default 3)
 #   MPG_TUNE_FILTER    --benchmark_filter (default: the default-ISA rows, all shapes)
 #   MPG_TUNE_FLAGS     extra CMAKE_CXX_FLAGS for every variant (e.g. -march=native)
@@ -26,14 +27,18 @@ filter=${MPG_TUNE_FILTER:-^BM_PermuteGrad[A-Za-z]*_[A-Z0-9]+_I32/tokens}
 out=build-tune
 python=/usr/bin/python3
 
+# A variant is default or settings joined by '+', e.g. prefetch=0+block=4.
 define_of() {
-  case $1 in
-    default) echo "" ;;
-    prefetch=*) echo "-DMPG_TUNE_PREFETCH_BYTES=${1#*=}" ;;
-    block=*) echo "-DMPG_TUNE_BLOCK_VECTORS=${1#*=}" ;;
-    stream=*) echo "-DMPG_TUNE_STREAMING_STORE_BYTES=int64_t{${1#*=}}" ;;
-    *) echo "tune_kernels.sh: unknown variant $1" >&2; exit 1 ;;
-  esac
+  local setting
+  for setting in ${1//+/ }; do
+    case $setting in
+      default) ;;
+      prefetch=*) echo -n " -DMPG_TUNE_PREFETCH_BYTES=${setting#*=}" ;;
+      block=*) echo -n " -DMPG_TUNE_BLOCK_VECTORS=${setting#*=}" ;;
+      stream=*) echo -n " -DMPG_TUNE_STREAMING_STORE_BYTES=int64_t{${setting#*=}}" ;;
+      *) echo "tune_kernels.sh: unknown setting $setting" >&2; exit 1 ;;
+    esac
+  done
 }
 
 run=${MPG_TUNE_RUN:-1}  # 0: build only (e.g. while the machine is busy), 2: run only

@@ -14,14 +14,18 @@
 // walk and microkernel (kernel_body.hpp); this header holds what is independent of the ISA.
 
 // Compile-time overrides for timing variants side by side (scripts/tune_kernels.sh), not a
-// user setting: the in-row prefetch distance in bytes (0 = none) and the block width in vectors
-// of the vector kernel sets. The defaults and the measurements behind them are in
-// kernel_avx512.hpp.
-#ifndef MPG_TUNE_PREFETCH_BYTES
-#define MPG_TUNE_PREFETCH_BYTES 2048
+// user setting: MPG_TUNE_PREFETCH_BYTES (the in-row prefetch distance, 0 = none) and
+// MPG_TUNE_BLOCK_VECTORS replace every kernel set's own value, which each traits file gives
+// with the measurements behind it.
+#ifdef MPG_TUNE_PREFETCH_BYTES
+#define MPG_PREFETCH_BYTES_OR(own) (MPG_TUNE_PREFETCH_BYTES)
+#else
+#define MPG_PREFETCH_BYTES_OR(own) (own)
 #endif
-#ifndef MPG_TUNE_BLOCK_VECTORS
-#define MPG_TUNE_BLOCK_VECTORS 8
+#ifdef MPG_TUNE_BLOCK_VECTORS
+#define MPG_BLOCK_VECTORS_OR(own) (MPG_TUNE_BLOCK_VECTORS)
+#else
+#define MPG_BLOCK_VECTORS_OR(own) (own)
 #endif
 
 namespace mpg::detail {

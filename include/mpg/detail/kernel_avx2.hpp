@@ -38,11 +38,10 @@ namespace mpg::detail::avx2 {
 struct Vec {
   using F = __m256;
   static constexpr int64_t kLanes = 8;
-  // 8 accumulators (64 columns): enough independent adds to cover 2 ports x 4 cycles, and half
-  // of the 16 ymm registers left for loads and the bf16 rounding temporaries.
-  static constexpr int kBlockVectors = MPG_TUNE_BLOCK_VECTORS;
-  // Measured: see the notes at the end of this file.
-  static constexpr int64_t kPrefetchBytes = MPG_TUNE_PREFETCH_BYTES;
+  // 4 accumulators (32 columns, one 64-byte line of a 16-bit row) and no software prefetch:
+  // measured, see the notes at the end of this file.
+  static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(4);
+  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(0);
 
   MPG_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
   MPG_ALWAYS_INLINE static F set1(float x) { return _mm256_set1_ps(x); }
@@ -164,5 +163,19 @@ MPG_END_TARGET
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// Measurements behind the constants: scripts/tune_kernels.sh on an AVX2-only AMD EPYC (2 cores,
+// 2026-12-03; load average 6-8 from other builds, so each figure is the median of 2 rounds x 3
+// repetitions, all variants interleaved). permute_grad efficiency, the eight DRAM rows of
+// bench_permute_grad (4 shapes x 1, 2 threads), min .. max:
+//   prefetch 2048, block 8 (the AVX-512 choice)   0.89 .. 1.05
+//   prefetch 0,    block 8                        1.06 .. 1.15
+//   prefetch 2048, block 4                        0.94 .. 1.01
+//   prefetch 0,    block 4 (this set)             1.09 .. 1.25
+// (a first run: prefetch 1024 0.92-1.03, 4096 0.88-1.04, block 16 0.85-1.02). On this CPU the
+// software prefetch only competes with the hardware prefetchers for the same lines, and a block
+// of one line per row keeps each row's access a plain sequential stream. In-cache rows
+// (16 x 8 x 4096 and 1 x 1 x 64) were within the noise between all variants. Values above 1:
+// the op beat the yardstick under load; the idle figures are in README.md.
 
 #endif  // MPG_HAVE_X86_KERNELS

@@ -44,9 +44,9 @@ struct Vec {
   static constexpr int64_t kLanes = 16;
   // 8 accumulators (128 columns): two add ports x 4 cycles latency need 8 independent sums when
   // the rows come from cache; that leaves 24 of the 32 zmm registers for loads and conversions.
-  static constexpr int kBlockVectors = MPG_TUNE_BLOCK_VECTORS;
-  // Measured: see the notes at the end of this file.
-  static constexpr int64_t kPrefetchBytes = MPG_TUNE_PREFETCH_BYTES;
+  static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
+  // 2 KiB ahead, past the row end: measured, see the notes at the end of this file.
+  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
 
   MPG_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
   MPG_ALWAYS_INLINE static F set1(float x) { return _mm512_set1_ps(x); }
@@ -162,5 +162,19 @@ MPG_END_TARGET
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
+
+// Measurements behind the constants (efficiency = same-run yardstick time / op time, see
+// bench/bandwidth.hpp; variants built and timed side by side by scripts/tune_kernels.sh).
+// - kPrefetchBytes = 2048, past the row end: on the AVX-512 machine (AMD EPYC, 2026-11), bf16
+//   4096 x 8 x 4096, 1 thread, a blocked gather with this in-row prefetch read at 0.92 of the
+//   sequential read, and letting it run past the row end (into the same expert's next token)
+//   took the full op from 0.63 to 0.78. Not re-measured since: later machines had no AVX-512.
+// - kBlockVectors = 8: 8 independent sums cover the add latency when rows come from cache.
+// - Streaming stores from kStreamingStoreBytes (detail/fast.hpp, 8 MiB) up: on the AVX2 machine
+//   of kernel_avx2.hpp's notes, never streaming lost up to 0.04 on the DRAM rows (bf16 0.84
+//   against 0.88), and streaming the 128 KiB output of the in-cache row (16 x 8 x 4096 bf16)
+//   cost 15-20% of its speed (18.7 against 23.4 GB/s, 1 thread): an output that small is read
+//   back from cache by the caller. Identical variants differed by up to 0.05 (load 6-8).
+// The AVX2 set's constants are measured separately: see kernel_avx2.hpp.
 
 #endif  // MPG_HAVE_X86_KERNELS
