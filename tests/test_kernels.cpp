@@ -553,6 +553,23 @@ TEST(KernelTable, BestFirstEndingWithPortable) {
   EXPECT_EQ(isas.back(), Isa::kPortable);
 #if MPG_HAVE_X86_KERNELS
   EXPECT_EQ(isas, (std::vector<Isa>{Isa::kAvx512, Isa::kAvx2, Isa::kPortable}));
+#elif MPG_HAVE_NEON_KERNELS
+  EXPECT_EQ(isas, (std::vector<Isa>{Isa::kNeon, Isa::kPortable}));
+#else
+  EXPECT_EQ(isas, (std::vector<Isa>{Isa::kPortable}));
+#endif
+}
+
+// On AArch64 the run-time choice is the NEON set (Advanced SIMD is mandatory there), unless a
+// test or $MPG_DISABLE_ISAS masks it.
+TEST(KernelTable, NeonIsChosenOnAArch64) {
+#if MPG_HAVE_NEON_KERNELS
+  EXPECT_TRUE(mpg::detail::cpu_supports(Isa::kNeon));
+  if (!mpg::detail::isa_disabled(Isa::kNeon)) {
+    EXPECT_EQ(mpg::detail::best_isa(), Isa::kNeon);
+  }
+#else
+  EXPECT_FALSE(mpg::detail::cpu_supports(Isa::kNeon));  // no row in this build
 #endif
 }
 
@@ -564,6 +581,7 @@ TEST(KernelTable, MaskParsesIsaNames) {
   EXPECT_EQ(isa_mask_from_names("avx512"), isa_bit(Isa::kAvx512));
   EXPECT_EQ(isa_mask_from_names("avx2,avx512"), isa_bit(Isa::kAvx2) | isa_bit(Isa::kAvx512));
   EXPECT_EQ(isa_mask_from_names("avx,avx5120,,avx2"), isa_bit(Isa::kAvx2));  // whole names only
+  EXPECT_EQ(isa_mask_from_names("neon,avx512"), isa_bit(Isa::kNeon) | isa_bit(Isa::kAvx512));
 }
 
 // Masking each supported row in turn moves the run-time choice to the next supported row, and

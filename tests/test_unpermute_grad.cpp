@@ -162,15 +162,15 @@ TEST_P(UnpermuteGradTreeLengths, EveryPathIsTheContractTree) {
   EXPECT_EQ(bits_of(library_tree(e, path)), bits_of(want)) << "L = " << length;
 }
 
-INSTANTIATE_TEST_SUITE_P(HandPicked, UnpermuteGradTreeLengths,
-                         ::testing::Combine(::testing::Values(1, 7, 63, 64, 65, 127, 128, 129, 511,
-                                                              512, 513, 1025, 4095, 4096, 4097,
-                                                              8192, 8193, 16385, 40000),
-                                            ::testing::Range(0, 4)),
-                         [](const auto& info) {
-                           return "L" + std::to_string(std::get<0>(info.param)) + "_" +
-                                  mpg_test::path_name(mpg_test::kAllPaths[std::get<1>(info.param)]);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    HandPicked, UnpermuteGradTreeLengths,
+    ::testing::Combine(::testing::Values(1, 7, 63, 64, 65, 127, 128, 129, 511, 512, 513, 1025, 4095,
+                                         4096, 4097, 8192, 8193, 16385, 40000),
+                       ::testing::Range(0, static_cast<int>(std::size(mpg_test::kAllPaths)))),
+    [](const auto& info) {
+      return "L" + std::to_string(std::get<0>(info.param)) + "_" +
+             mpg_test::path_name(mpg_test::kAllPaths[std::get<1>(info.param)]);
+    });
 
 // ---------------------------------------------------------------------------------------------
 // A whole call on guarded buffers.
@@ -460,7 +460,7 @@ TEST_P(UnpermuteGradSweep, FastPathsMatchReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Sweep, UnpermuteGradSweep,
-    ::testing::Combine(::testing::Range(0, 3),
+    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(mpg_test::kFastPaths))),
                        ::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
                        ::testing::Values(DType::kFloat32, DType::kFloat16, DType::kBFloat16),
                        ::testing::Values(IndexType::kInt32, IndexType::kInt64)),

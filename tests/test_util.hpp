@@ -318,11 +318,23 @@ struct PathCase {
   mpg::Isa isa;
 };
 inline constexpr PathCase kReferencePath{mpg::Path::kReference, mpg::Isa::kAuto};
-inline constexpr PathCase kFastPaths[] = {{mpg::Path::kFast, mpg::Isa::kPortable},
-                                          {mpg::Path::kFast, mpg::Isa::kAvx2},
-                                          {mpg::Path::kFast, mpg::Isa::kAvx512}};
-inline constexpr PathCase kAllPaths[] = {kReferencePath, kFastPaths[0], kFastPaths[1],
-                                         kFastPaths[2]};
+// Only the kernel sets this build has (kernel_table.hpp): those a CPU lacks are skipped.
+inline constexpr PathCase kFastPaths[] = {
+    {mpg::Path::kFast, mpg::Isa::kPortable},
+#if MPG_HAVE_X86_KERNELS
+    {mpg::Path::kFast, mpg::Isa::kAvx2},
+    {mpg::Path::kFast, mpg::Isa::kAvx512},
+#endif
+#if MPG_HAVE_NEON_KERNELS
+    {mpg::Path::kFast, mpg::Isa::kNeon},
+#endif
+};
+inline constexpr std::array<PathCase, std::size(kFastPaths) + 1> with_reference_path() {
+  std::array<PathCase, std::size(kFastPaths) + 1> paths{kReferencePath};
+  for (size_t i = 0; i < std::size(kFastPaths); ++i) paths[i + 1] = kFastPaths[i];
+  return paths;
+}
+inline constexpr auto kAllPaths = with_reference_path();
 
 inline mpg::Options path_options(PathCase p, int num_threads = 0) {
   mpg::Options o;

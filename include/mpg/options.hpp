@@ -17,7 +17,7 @@ enum class Path : int32_t {
 
 // Which SIMD kernels the fast path uses. kAuto picks the best the CPU supports; forcing one the
 // CPU lacks is an error (ErrorCode::kUnsupportedIsa), never a silent fallback.
-enum class Isa : int32_t { kAuto, kPortable, kAvx2, kAvx512 };
+enum class Isa : int32_t { kAuto, kPortable, kAvx2, kAvx512, kNeon };
 
 constexpr const char* name_of(Isa isa) {
   switch (isa) {
@@ -25,6 +25,7 @@ constexpr const char* name_of(Isa isa) {
     case Isa::kPortable: return "portable";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
   }
   return "unknown";
 }

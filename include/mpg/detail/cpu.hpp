@@ -22,6 +22,13 @@
 #else
 #define MPG_HAVE_X86_KERNELS 0
 #endif
+// The NEON set needs no target region: Advanced SIMD is part of base AArch64.
+#if !defined(MPG_PORTABLE_ONLY) && defined(__aarch64__) && defined(__ARM_NEON) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define MPG_HAVE_NEON_KERNELS 1
+#else
+#define MPG_HAVE_NEON_KERNELS 0
+#endif
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MPG_PRAGMA(tokens) _Pragma(#tokens)

@@ -103,7 +103,8 @@ MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n
     typename Vec::F stack[7][kVectors];  // log2(kMaxBins) + 1 pending subtrees
     int depth = 0;
     const int64_t bins = plan.num_groups();
-    for (int64_t b = 0; b < bins; ++b) {
+    int64_t b = 0;
+    do {  // bins >= 1 (binary_bins_count): acc is always written, as GCC can then see
       sum_group<T, kVectors, kPartial, kWeighted>(plan, b, h0, n, acc);
       for (int64_t m = b; (m & 1) != 0; m >>= 1) {
         --depth;
@@ -115,7 +116,7 @@ MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n
         for (int v = 0; v < kVectors; ++v) stack[depth][v] = acc[v];
         ++depth;
       }
-    }
+    } while (++b < bins);
   }
 }
 

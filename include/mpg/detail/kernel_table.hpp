@@ -8,6 +8,7 @@
 #include "mpg/detail/gather_sum.hpp"
 #include "mpg/detail/kernel_avx2.hpp"
 #include "mpg/detail/kernel_avx512.hpp"
+#include "mpg/detail/kernel_neon.hpp"
 #include "mpg/detail/kernel_portable.hpp"
 #include "mpg/options.hpp"
 
@@ -29,6 +30,9 @@ struct KernelSetList {};
 using KernelSets = KernelSetList<
 #if MPG_HAVE_X86_KERNELS
     avx512::Kernels, avx2::Kernels,
+#endif
+#if MPG_HAVE_NEON_KERNELS
+    neon::Kernels,
 #endif
     portable::Kernels>;
 
