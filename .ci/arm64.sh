@@ -3,7 +3,8 @@
 # g++-aarch64-linux-gnu and run under user-mode emulation (qemu-aarch64 -L <arm64 sysroot>,
 # no binfmt registration needed) through ctest, which ends the log with its summary.
 # GoogleTest is built for arm64 from Debian's libgtest-dev sources (/usr/src/googletest) once
-# and cached in the build dir. Emulation says nothing about speed: see README, Platforms.
+# and cached in the build dir. The table-driven tests cover both kernel sets built for arm64,
+# NEON (chosen at run time) and portable. Emulation says nothing about speed: README, Platforms.
 #   MPG_ARM64_BUILD_DIR  build dir (default build-arm64)
 #   MPG_CI_JOBS          parallel compile and test jobs (default 2)
 # Left out: the packaging tests, acl_host.compile_line and the acl_host.<op> output comparisons

@@ -42,6 +42,13 @@ cmake -S . -B "$dir" -DCMAKE_TOOLCHAIN_FILE="$toolchain" -DCMAKE_BUILD_TYPE=Rele
 cmake --build "$dir" --target bench_permute_grad -j "$jobs"
 echo "arm64 bench: built in $(($(date +%s) - start))s"
 
-qemu-aarch64 -L "$sysroot" -E "LD_LIBRARY_PATH=$root/usr/lib/aarch64-linux-gnu" \
-  "$dir/bench/bench_permute_grad" --benchmark_filter="$filter" --benchmark_min_time=0.01
+# A row whose result differs from the reference path is skipped with an error, which leaves the
+# exit code 0: the output is checked for that and for at least one row.
+out=$(qemu-aarch64 -L "$sysroot" -E "LD_LIBRARY_PATH=$root/usr/lib/aarch64-linux-gnu" \
+  "$dir/bench/bench_permute_grad" --benchmark_filter="$filter" --benchmark_min_time=0.01)
+echo "$out"
+if grep -q "ERROR OCCURRED" <<<"$out" || ! grep -q "^BM_" <<<"$out"; then
+  echo "arm64 bench: FAILED (an error above, or no row matched $filter)" >&2
+  exit 1
+fi
 echo "arm64 bench: done in $(($(date +%s) - start))s"
