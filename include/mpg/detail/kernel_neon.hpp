@@ -36,12 +36,14 @@ struct Target {
 struct Vec {
   using F = float32x4_t;
   static constexpr int64_t kLanes = 4;
-  // 8 accumulators (32 columns: two lines of fp32, one of 16-bit T): enough independent adds
-  // for the 2-4 FP pipes x 2-4 cycles of current cores, with 24 of the 32 v registers left for
-  // loads and the bf16 rounding temporaries. Not measured: no ARM hardware was available.
-  static constexpr int kBlockVectors = 8;
+  // 8 accumulators by default (32 columns: two lines of fp32, one of 16-bit T): enough
+  // independent adds for the 2-4 FP pipes x 2-4 cycles of current cores, with 24 of the 32 v
+  // registers left for loads and the bf16 rounding temporaries. Not measured: no ARM hardware
+  // was available (scripts/tune_kernels.sh times variants there; here a block must be a multiple
+  // of 8 vectors, whole lines of 16-bit T).
+  static constexpr int kBlockVectors = MPG_TUNE_BLOCK_VECTORS;
   // The x86 sets' measured distance (kernel_avx512.hpp); not measured on ARM.
-  static constexpr int64_t kPrefetchBytes = 2048;
+  static constexpr int64_t kPrefetchBytes = MPG_TUNE_PREFETCH_BYTES;
 
   MPG_ALWAYS_INLINE static F zero() { return vdupq_n_f32(0.0f); }
   MPG_ALWAYS_INLINE static F set1(float x) { return vdupq_n_f32(x); }
