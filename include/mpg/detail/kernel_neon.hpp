@@ -41,9 +41,9 @@ struct Vec {
   // registers left for loads and the bf16 rounding temporaries. Not measured: no ARM hardware
   // was available (scripts/tune_kernels.sh times variants there; here a block must be a multiple
   // of 8 vectors, whole lines of 16-bit T).
-  static constexpr int kBlockVectors = MPG_TUNE_BLOCK_VECTORS;
-  // The x86 sets' measured distance (kernel_avx512.hpp); not measured on ARM.
-  static constexpr int64_t kPrefetchBytes = MPG_TUNE_PREFETCH_BYTES;
+  static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
+  // AVX-512's measured distance (kernel_avx512.hpp); not measured on ARM.
+  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
 
   MPG_ALWAYS_INLINE static F zero() { return vdupq_n_f32(0.0f); }
   MPG_ALWAYS_INLINE static F set1(float x) { return vdupq_n_f32(x); }
