@@ -3,7 +3,8 @@
 // patterns (rounding boundaries, ties, subnormals, overflow, inf, NaN), and each set's
 // gather-sum called directly (streaming stores forced on and off) over dtypes x index types x
 // modes x orders x weights x ragged widths x K x layouts x threads, bit for bit against the
-// reference path (reference_gather_sum).
+// reference path (reference_gather_sum); and each set's row copies (MoeTokenPermute) byte for
+// byte.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -542,6 +543,98 @@ TEST_P(Kernels, WeightsHandWorked) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, Kernels, ::testing::ValuesIn(mpg_test::kernel_table_isas()),
+                         isa_param_name);
+
+// ---------------------------------------------------------------------------------------------
+// MoeTokenPermute's row copies (kCopyRows), each set's called directly: rows of odd byte lengths
+// at every kind of destination offset within a cache line, from an unaligned source too,
+// streamed and not. Every byte must arrive unchanged, whatever it is as fp32, fp16 or bf16
+// (signaling and payload-carrying NaNs included), and no byte between or around the rows may
+// change.
+
+// A random row of bytes, with NaN bit patterns of each float type planted at odd offsets.
+std::vector<uint8_t> nan_laden_bytes(size_t n, std::mt19937& rng) {
+  std::vector<uint8_t> bytes(n);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  const uint32_t fp32_nans[] = {0x7F800001u, 0xFF812345u, 0x7FC00000u, 0xFFFFFFFFu};
+  const uint16_t half_nans[] = {0x7C01u, 0xFE00u, 0x7D55u};  // fp16: signaling, quiet, payload
+  const uint16_t bf16_nans[] = {0x7F81u, 0xFFC1u};
+  for (size_t at = 1; at + 4 <= n; at += 7) {
+    switch (at % 3) {
+      case 0: std::memcpy(&bytes[at], &fp32_nans[at % 4], 4); break;
+      case 1: std::memcpy(&bytes[at], &half_nans[at % 3], 2); break;
+      default: std::memcpy(&bytes[at], &bf16_nans[at % 2], 2); break;
+    }
+  }
+  return bytes;
+}
+
+class CopyRows : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (!mpg::detail::cpu_supports(GetParam())) {
+      GTEST_SKIP() << "this CPU lacks " << mpg::name_of(GetParam());
+    }
+  }
+};
+
+TEST_P(CopyRows, EveryByteVerbatimAtAnyAlignmentNothingElseWritten) {
+  constexpr int64_t kLine = 64;
+  constexpr uint8_t kGuard = 0xA5;
+  // Two tokens, K = 2, 3 output rows: token 0 to rows 2 and 0, token 1 to row 1 (its rank 3 is
+  // dropped).
+  const std::vector<int32_t> ranks = {2, 0, 3, 1};
+  std::mt19937 rng(20261203);
+  for (const bool stream : {false, true}) {
+    for (const int64_t bytes : {1, 3, 17, 63, 65, 127, 129, 255, 257, 319, 513, 1023, 4097}) {
+      for (const int64_t dst_offset : {0, 1, 13, 31, 32, 33, 63}) {
+        for (const int64_t src_offset : {0, 3}) {
+          // Rows start dst_offset past a line, a guard gap of at least a line between them.
+          const int64_t dst_stride = (bytes + kLine - 1) / kLine * kLine + kLine;
+          const int64_t src_stride = bytes + 5;
+          const std::vector<uint8_t> src_storage =
+              nan_laden_bytes(static_cast<size_t>(src_offset + 2 * src_stride), rng);
+          std::vector<uint8_t> storage(static_cast<size_t>(3 * dst_stride + 3 * kLine), kGuard);
+          const auto base_misalignment = reinterpret_cast<uintptr_t>(storage.data()) % kLine;
+          uint8_t* dst = storage.data() + (kLine - base_misalignment) + kLine + dst_offset;
+          const uint8_t* src = src_storage.data() + src_offset;
+
+          std::vector<uint8_t> expected = storage;
+          for (int64_t copy = 0; copy < 4; ++copy) {
+            const int32_t rank = ranks[static_cast<size_t>(copy)];
+            if (rank >= 3) continue;
+            std::memcpy(expected.data() + (dst - storage.data()) + rank * dst_stride,
+                        src + copy / 2 * src_stride, static_cast<size_t>(bytes));
+          }
+
+          mpg::detail::TokenPermuteArgs<int32_t> args;
+          args.tokens = src;
+          args.tokens_stride = src_stride;
+          args.row_bytes = bytes;
+          args.topk = 2;
+          args.num_tokens = 2;
+          args.permuted = dst;
+          args.permuted_stride = dst_stride;
+          args.num_rows = 3;
+          args.sorted_indices = const_cast<int32_t*>(ranks.data());
+          args.streaming_stores = stream;
+          with_kernel_set(GetParam(), [&](auto set) {
+            decltype(set)::template kCopyRows<int32_t>(args, 0, 2);
+          });
+          if (storage != expected) {
+            size_t at = 0;
+            while (storage[at] == expected[at]) ++at;
+            FAIL() << "stream " << stream << ", " << bytes << " bytes, dst offset " << dst_offset
+                   << ", src offset " << src_offset << ": byte " << at << " is " << int{storage[at]}
+                   << ", expected " << int{expected[at]};
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, CopyRows, ::testing::ValuesIn(mpg_test::kernel_table_isas()),
                          isa_param_name);
 
 // ---------------------------------------------------------------------------------------------

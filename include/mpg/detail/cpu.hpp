@@ -16,9 +16,6 @@
     (defined(__GNUC__) || defined(__clang__))
 #define MPG_HAVE_X86_KERNELS 1
 #include <cpuid.h>
-// The same features as attributes, for a single function outside a kernel set's region.
-#define MPG_TARGET_AVX2 __attribute__((target("avx2,f16c")))
-#define MPG_TARGET_AVX512 __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl")))
 #else
 #define MPG_HAVE_X86_KERNELS 0
 #endif

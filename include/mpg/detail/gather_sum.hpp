@@ -1,11 +1,14 @@
 #pragma once
 #include "mpg/detail/guard.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "mpg/detail/mode.hpp"
-#include "mpg/detail/unpermute_grad_args.hpp"  // the other kernel the kernel sets compile
+#include "mpg/detail/token_permute_args.hpp"  // the other kernels the kernel sets compile
+#include "mpg/detail/unpermute_grad_args.hpp"
 #include "mpg/types.hpp"
 
 // The one computation behind every gather-and-sum op: out[t] = a fixed-order fp32 sum of the

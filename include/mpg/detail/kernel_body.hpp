@@ -200,6 +200,76 @@ void narrow(const float* in, T* out, int64_t n) {
   }
 }
 
+// One row of `bytes` raw bytes, bit for bit whatever the dtype (int8 included). Streamed: plain
+// copies up to the first line-aligned destination byte, whole 64-byte lines with streaming
+// stores (four per iteration), then a plain tail. The lines travel in fp32 vectors only as a
+// carrier: load<float> and stream_line<float> are plain moves in the vector sets (no
+// conversion, no NaN quieting). The portable set always copies with memcpy: it has no streaming
+// store, and its one-float carrier would be a scalar float access to bytes of another type
+// (an aliasing violation, and an x87 load would quiet signaling NaNs).
+MPG_ALWAYS_INLINE void copy_row(uint8_t* dst, const uint8_t* src, int64_t bytes, bool stream) {
+  int64_t i = 0;
+  if constexpr (Vec::kLanes > 1) {
+    using F = typename Vec::F;
+    constexpr int kVectorsPerLine =
+        static_cast<int>(kLineBytes / static_cast<int64_t>(sizeof(float)) / Vec::kLanes);
+    constexpr int64_t kLinesPerStep = 4;
+    if (stream) {
+      const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % kLineBytes);
+      i = misalignment == 0 ? 0 : std::min(bytes, kLineBytes - misalignment);
+      std::memcpy(dst, src, static_cast<size_t>(i));
+      for (; i + kLinesPerStep * kLineBytes <= bytes; i += kLinesPerStep * kLineBytes) {
+        F lines[kLinesPerStep * kVectorsPerLine];
+        const auto* from = reinterpret_cast<const float*>(src + i);
+        MPG_UNROLL
+        for (int v = 0; v < kLinesPerStep * kVectorsPerLine; ++v) {
+          lines[v] = Vec::template load<float>(from + v * Vec::kLanes);
+        }
+        MPG_UNROLL
+        for (int64_t l = 0; l < kLinesPerStep; ++l) {
+          Vec::template stream_line<float>(reinterpret_cast<float*>(dst + i + l * kLineBytes),
+                                           lines + l * kVectorsPerLine);
+        }
+      }
+      for (; i + kLineBytes <= bytes; i += kLineBytes) {
+        F line[kVectorsPerLine];
+        const auto* from = reinterpret_cast<const float*>(src + i);
+        MPG_UNROLL
+        for (int v = 0; v < kVectorsPerLine; ++v) {
+          line[v] = Vec::template load<float>(from + v * Vec::kLanes);
+        }
+        Vec::template stream_line<float>(reinterpret_cast<float*>(dst + i), line);
+      }
+    }
+  } else {
+    (void)stream;
+  }
+  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+}
+
+// MoeTokenPermute's row copies for token rows [token_begin, token_end): each token row is read
+// once, in order, and written to the ranks of its kept copies. Measured against copying in
+// output order (rank by rank, reading each token row K times): token order is ~2x faster at
+// bf16 4096 x 8 x 4096, as the scattered reads defeat the prefetcher and cost K times the read
+// traffic once the tokens leave the cache. Streamed (outputs of kStreamingStoreBytes or more:
+// they are not read back by this call, and caching them would evict the token rows still to be
+// read), fenced at the end as streaming stores are weakly ordered. Measured at bf16 4096 x 8 x
+// 4096 (1 thread): 64-byte streaming stores beat 16-byte ones by ~10% and plain stores by ~25%.
+template <class E>
+void copy_rows(const TokenPermuteArgs<E>& a, int64_t token_begin, int64_t token_end) {
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    const uint8_t* src = a.tokens + t * a.tokens_stride;
+    const int32_t* ranks = a.sorted_indices + t * a.topk;
+    for (int64_t k = 0; k < a.topk; ++k) {
+      const int64_t rank = ranks[k];
+      if (rank < a.num_rows) {
+        copy_row(a.permuted + rank * a.permuted_stride, src, a.row_bytes, a.streaming_stores);
+      }
+    }
+  }
+  if (a.streaming_stores) Vec::fence();
+}
+
 }  // namespace mpg::detail::MPG_KERNEL_NAMESPACE
 
 #include "mpg/detail/kernel_unpermute_grad_body.hpp"
@@ -217,6 +287,8 @@ struct Kernels : Target {
   static constexpr void (*kNarrow)(const float*, T*, int64_t) = &narrow<T>;
   template <class T, class P, class I>
   static constexpr UnpermuteGradKernel<T, P, I> kUnpermuteGrad = &unpermute_grad<T, P, I>;
+  template <class E>
+  static constexpr CopyRowsKernel<E> kCopyRows = &copy_rows<E>;
 };
 
 }  // namespace mpg::detail::MPG_KERNEL_NAMESPACE

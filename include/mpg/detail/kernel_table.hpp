@@ -14,9 +14,9 @@
 
 // The table of kernel sets. Each row is a kernel set's `Kernels` (kernel_body.hpp compiled for
 // one ISA): kIsa, supported(), and the entry points kGatherSum<T, I, M, O, kWeighted>,
-// kWiden<T>, kNarrow<T>, kUnpermuteGrad<T, P, I>. The table drives the run-time choice (first
-// supported row wins, so rows are best first), the Options check, the tests (every row's bit-exact
-// tests) and the benchmarks (one forced row per ISA).
+// kWiden<T>, kNarrow<T>, kUnpermuteGrad<T, P, I>, kCopyRows<E>. The table drives the run-time
+// choice (first supported row wins, so rows are best first), the Options check, the tests (every
+// row's bit-exact tests) and the benchmarks (one forced row per ISA).
 //
 // Adding an ISA: a traits file like kernel_avx2.hpp (a Target with kIsa and supported(), a Vec,
 // and the three lines that include kernel_body.hpp in its namespace and target region), its
@@ -93,6 +93,18 @@ UnpermuteGradKernel<T, P, I> select_unpermute_grad(Isa isa) {
   find_kernel_set([&](auto set) {
     if (set.kIsa != isa) return false;
     kernel = decltype(set)::template kUnpermuteGrad<T, P, I>;
+    return true;
+  });
+  return kernel;
+}
+
+// The same for MoeTokenPermute's row copies.
+template <class E>
+CopyRowsKernel<E> select_copy_rows(Isa isa) {
+  CopyRowsKernel<E> kernel = &portable::copy_rows<E>;
+  find_kernel_set([&](auto set) {
+    if (set.kIsa != isa) return false;
+    kernel = decltype(set)::template kCopyRows<E>;
     return true;
   });
   return kernel;

@@ -19,8 +19,16 @@ struct TokenPermuteArgs {
   int64_t permuted_stride = 0;        // bytes
   int64_t num_rows = 0;               // n: copies ranked >= n are dropped
   int32_t* sorted_indices = nullptr;  // [N*K]
+  // The output is large enough that caching it only evicts the token rows still to be read.
+  bool streaming_stores = false;
 
   int64_t num_copies() const { return num_tokens * topk; }
 };
+
+// Every kernel set's row copies (kernel_body.hpp): token rows [token_begin, token_end), each
+// copied to the rows its sorted_indices name (< num_rows); the ranks are already written.
+template <class E>
+using CopyRowsKernel = void (*)(const TokenPermuteArgs<E>& args, int64_t token_begin,
+                                int64_t token_end);
 
 }  // namespace mpg::detail
