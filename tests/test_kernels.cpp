@@ -105,7 +105,8 @@ void narrow(Isa isa, const std::vector<float>& in, std::vector<T>& out) {
   });
 }
 
-class Conversions : public ::testing::TestWithParam<Isa> {
+// A test run once per kernel set of the table, skipped where the CPU lacks the set.
+class PerKernelSet : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override {
     if (!mpg::detail::cpu_supports(GetParam())) {
@@ -113,6 +114,8 @@ class Conversions : public ::testing::TestWithParam<Isa> {
     }
   }
 };
+
+class Conversions : public PerKernelSet {};
 
 TEST_P(Conversions, WidenEveryBFloat16Pattern) {
   std::vector<bfloat16> in;
@@ -569,14 +572,7 @@ std::vector<uint8_t> nan_laden_bytes(size_t n, std::mt19937& rng) {
   return bytes;
 }
 
-class CopyRows : public ::testing::TestWithParam<Isa> {
- protected:
-  void SetUp() override {
-    if (!mpg::detail::cpu_supports(GetParam())) {
-      GTEST_SKIP() << "this CPU lacks " << mpg::name_of(GetParam());
-    }
-  }
-};
+class CopyRows : public PerKernelSet {};
 
 TEST_P(CopyRows, EveryByteVerbatimAtAnyAlignmentNothingElseWritten) {
   constexpr int64_t kLine = 64;

@@ -176,6 +176,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
   std::vector<float> scratch(static_cast<size_t>(hidden + tree_scratch_floats(hidden)));
   float* g32 = scratch.data();  // g[t] widened once, read by every copy
   float* e = g32 + hidden;      // one copy's products, then its tree
+  // The head of a row the in-row prefetch does not reach (none without that prefetch).
+  const int64_t head_bytes = std::min(Vec::kPrefetchBytes, hidden * int64_t{sizeof(T)});
   for (int64_t t = token_begin; t < token_end; ++t) {
     const T* g = a.tokens_grad + t * a.tokens_grad_stride;
     int64_t h = 0;
@@ -211,7 +213,6 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       if (next < token_end * a.topk && a.indices[next] < a.kept_rows) {
         const char* head =
             reinterpret_cast<const char*>(a.tokens + a.indices[next] * a.tokens_stride);
-        const int64_t head_bytes = std::min(Vec::kPrefetchBytes, hidden * int64_t{sizeof(T)});
         for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(head + b);
       }
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree_sum(e, hidden));
