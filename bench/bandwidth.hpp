@@ -3,11 +3,15 @@
 //
 // THE YARDSTICK. For an op that reads R bytes and writes W bytes (its byte model), the yardstick
 // is the plainest fast code that moves the same bytes: it reads R bytes sequentially from one
-// buffer (AVX-512 loads into 8 independent accumulators, else AVX2, else portable 64-bit loads;
-// with or without a software prefetch 4 KiB ahead, whichever read faster at start-up),
-// then writes W bytes with non-temporal stores of whole 64-byte lines (_mm512_stream_si512 /
-// _mm256_stream_si256, then sfence; plain stores on the portable path). With n threads the
-// buffers are cut into n x kChunksPerThread contiguous chunks run on mpg's own thread pool, so
+// buffer (AVX-512 loads into 8 independent accumulators, else AVX2, else portable 64-bit loads)
+// and writes W bytes with non-temporal stores of whole 64-byte lines (_mm512_stream_si512 /
+// _mm256_stream_si256, then sfence; plain stores on the portable path). How it does so is a Plan:
+// the read as 1, 4 or 8 sequential streams in lockstep, with or without a software prefetch
+// 4 KiB ahead, the writes after the reads or interleaved with them. Each row times all 12 plans
+// on its own bytes and thread count before it starts and keeps the fastest (an op that reads
+// K rows at once keeps K streams in flight, so a one-stream yardstick would be beaten). With n
+// threads the buffers are cut into n x kChunksPerThread contiguous chunks run on mpg's own
+// thread pool, so
 // the yardstick and the op pay the same wake-up and balance a descheduled thread the same way
 // (OpenMP was not used: its threads spin after a region and would steal the CPU from the op's
 // pool, which runs right after it). Its buffers are allocated and touched once, outside the timed
@@ -64,6 +68,7 @@
 //   GBps              the same in GB/s (1e9 bytes), for the console
 //   ref_GBps          the yardstick's rate for the same bytes in the same run (kSameRun rows)
 //   efficiency        yardstick time / op time, summed over the row's calls (kSameRun rows)
+//   ref_streams, ref_prefetch, ref_interleave   the yardstick's plan for the row (kSameRun rows)
 //   read_MB, write_MB the byte model (1e6 bytes), so the JSON carries it
 #pragma once
 
@@ -79,6 +84,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -108,6 +114,21 @@ constexpr int64_t row_bytes(int64_t rows, int64_t hidden, int64_t elem_size) {
   return rows * hidden * elem_size;
 }
 
+// How the yardstick moves a row's bytes. No one way is fastest on every machine, load, thread
+// count and read/write mix, so BandwidthReference::calibrate times every plan of kPlans for the
+// row and keeps the fastest: the yardstick is the best of them, never a chosen one.
+struct Plan {
+  int streams = 1;          // sequential streams the read is cut into, read in lockstep
+  bool prefetch = false;    // software prefetch kPrefetchBytes ahead in every stream
+  bool interleave = false;  // writes issued between read steps in proportion, not after them
+};
+
+inline constexpr Plan kPlans[] = {
+    {1, false, false}, {1, true, false}, {4, false, false}, {4, true, false},
+    {8, false, false}, {8, true, false}, {1, false, true},  {1, true, true},
+    {4, false, true},  {4, true, true},  {8, false, true},  {8, true, true},
+};
+
 enum class Yardstick {
   kSameRun,  // time the yardstick before every op call: ref_GBps and efficiency counters
   kNone,     // in-cache or tiny rows, where a DRAM yardstick says nothing: GB/s only
@@ -130,9 +151,7 @@ inline int64_t round_up(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
 }
 
-// Software prefetch of the line kPrefetchBytes ahead of each loaded one, or none: which of the
-// two streams faster depends on the machine and its load (on this VM neither won every time), so
-// the yardstick times both once and keeps the faster (BandwidthReference::calibrate).
+// Software prefetch of the line kPrefetchBytes ahead of each loaded one (Plan::prefetch).
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 template <bool kPrefetch>
@@ -146,20 +165,24 @@ inline void prefetch_step(const unsigned char* p) {
 
 #if MPG_BENCH_X86
 template <bool kPrefetch>
-MPG_BENCH_TARGET_AVX512 uint64_t read_avx512(const unsigned char* p, int64_t n) {
+MPG_BENCH_TARGET_AVX512 uint64_t read_avx512(const unsigned char* p, int64_t stride, int streams,
+                                             int64_t steps) {
   // 8 accumulators: 2 loads per cycle, so enough independent adds that the loads never wait.
   __m512i acc[8];
   for (__m512i& a : acc) a = _mm512_setzero_si512();
-  for (int64_t i = 0; i < n; i += kReadStep) {
-    prefetch_step<kPrefetch>(p + i);
-    acc[0] = _mm512_add_epi64(acc[0], _mm512_load_si512(p + i));
-    acc[1] = _mm512_add_epi64(acc[1], _mm512_load_si512(p + i + 64));
-    acc[2] = _mm512_add_epi64(acc[2], _mm512_load_si512(p + i + 128));
-    acc[3] = _mm512_add_epi64(acc[3], _mm512_load_si512(p + i + 192));
-    acc[4] = _mm512_add_epi64(acc[4], _mm512_load_si512(p + i + 256));
-    acc[5] = _mm512_add_epi64(acc[5], _mm512_load_si512(p + i + 320));
-    acc[6] = _mm512_add_epi64(acc[6], _mm512_load_si512(p + i + 384));
-    acc[7] = _mm512_add_epi64(acc[7], _mm512_load_si512(p + i + 448));
+  for (int64_t i = 0; i < steps * kReadStep; i += kReadStep) {
+    for (int s = 0; s < streams; ++s) {
+      const unsigned char* q = p + s * stride + i;
+      prefetch_step<kPrefetch>(q);
+      acc[0] = _mm512_add_epi64(acc[0], _mm512_load_si512(q));
+      acc[1] = _mm512_add_epi64(acc[1], _mm512_load_si512(q + 64));
+      acc[2] = _mm512_add_epi64(acc[2], _mm512_load_si512(q + 128));
+      acc[3] = _mm512_add_epi64(acc[3], _mm512_load_si512(q + 192));
+      acc[4] = _mm512_add_epi64(acc[4], _mm512_load_si512(q + 256));
+      acc[5] = _mm512_add_epi64(acc[5], _mm512_load_si512(q + 320));
+      acc[6] = _mm512_add_epi64(acc[6], _mm512_load_si512(q + 384));
+      acc[7] = _mm512_add_epi64(acc[7], _mm512_load_si512(q + 448));
+    }
   }
   for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_epi64(acc[0], acc[j]);
   alignas(64) uint64_t lanes[8];  // not _mm512_reduce_add_epi64: g++ 12 warns inside it
@@ -170,25 +193,28 @@ MPG_BENCH_TARGET_AVX512 uint64_t read_avx512(const unsigned char* p, int64_t n) 
 MPG_BENCH_TARGET_AVX512 inline void write_avx512(unsigned char* p, int64_t n) {
   const __m512i v = _mm512_set1_epi32(0x3f803f80);
   for (int64_t i = 0; i < n; i += kLine) _mm512_stream_si512(reinterpret_cast<__m512i*>(p + i), v);
-  _mm_sfence();
 }
 
 template <bool kPrefetch>
-MPG_BENCH_TARGET_AVX2 uint64_t read_avx2(const unsigned char* p, int64_t n) {
+MPG_BENCH_TARGET_AVX2 uint64_t read_avx2(const unsigned char* p, int64_t stride, int streams,
+                                         int64_t steps) {
   __m256i acc[8];
   for (__m256i& a : acc) a = _mm256_setzero_si256();
-  for (int64_t i = 0; i < n; i += kReadStep) {
-    prefetch_step<kPrefetch>(p + i);
-    const auto* q = reinterpret_cast<const __m256i*>(p + i);
-    for (int half = 0; half < 2; ++half, q += 8) {
-      acc[0] = _mm256_add_epi64(acc[0], _mm256_load_si256(q));
-      acc[1] = _mm256_add_epi64(acc[1], _mm256_load_si256(q + 1));
-      acc[2] = _mm256_add_epi64(acc[2], _mm256_load_si256(q + 2));
-      acc[3] = _mm256_add_epi64(acc[3], _mm256_load_si256(q + 3));
-      acc[4] = _mm256_add_epi64(acc[4], _mm256_load_si256(q + 4));
-      acc[5] = _mm256_add_epi64(acc[5], _mm256_load_si256(q + 5));
-      acc[6] = _mm256_add_epi64(acc[6], _mm256_load_si256(q + 6));
-      acc[7] = _mm256_add_epi64(acc[7], _mm256_load_si256(q + 7));
+  for (int64_t i = 0; i < steps * kReadStep; i += kReadStep) {
+    for (int s = 0; s < streams; ++s) {
+      const unsigned char* step = p + s * stride + i;
+      prefetch_step<kPrefetch>(step);
+      const auto* q = reinterpret_cast<const __m256i*>(step);
+      for (int half = 0; half < 2; ++half, q += 8) {
+        acc[0] = _mm256_add_epi64(acc[0], _mm256_load_si256(q));
+        acc[1] = _mm256_add_epi64(acc[1], _mm256_load_si256(q + 1));
+        acc[2] = _mm256_add_epi64(acc[2], _mm256_load_si256(q + 2));
+        acc[3] = _mm256_add_epi64(acc[3], _mm256_load_si256(q + 3));
+        acc[4] = _mm256_add_epi64(acc[4], _mm256_load_si256(q + 4));
+        acc[5] = _mm256_add_epi64(acc[5], _mm256_load_si256(q + 5));
+        acc[6] = _mm256_add_epi64(acc[6], _mm256_load_si256(q + 6));
+        acc[7] = _mm256_add_epi64(acc[7], _mm256_load_si256(q + 7));
+      }
     }
   }
   for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
@@ -203,19 +229,21 @@ MPG_BENCH_TARGET_AVX2 inline void write_avx2(unsigned char* p, int64_t n) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i), v);
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i + 32), v);
   }
-  _mm_sfence();
 }
 #endif
 
 template <bool kPrefetch>
-uint64_t read_portable(const unsigned char* p, int64_t n) {
+uint64_t read_portable(const unsigned char* p, int64_t stride, int streams, int64_t steps) {
   uint64_t acc[8] = {};
-  for (int64_t i = 0; i < n; i += kReadStep) {
-    prefetch_step<kPrefetch>(p + i);
-    for (int j = 0; j < 64; ++j) {
-      uint64_t v;
-      std::memcpy(&v, p + i + 8 * j, sizeof(v));
-      acc[j % 8] += v;
+  for (int64_t i = 0; i < steps * kReadStep; i += kReadStep) {
+    for (int s = 0; s < streams; ++s) {
+      const unsigned char* q = p + s * stride + i;
+      prefetch_step<kPrefetch>(q);
+      for (int j = 0; j < 64; ++j) {
+        uint64_t v;
+        std::memcpy(&v, q + 8 * j, sizeof(v));
+        acc[j % 8] += v;
+      }
     }
   }
   return std::accumulate(acc, acc + 8, uint64_t{0});
@@ -236,14 +264,21 @@ inline Kernels best_kernels() {
   return Kernels::kPortable;
 }
 
-template <bool kPrefetch>
-uint64_t read_bytes(Kernels k, const unsigned char* p, int64_t n) {
+inline uint64_t read_bytes(Kernels k, bool prefetch, const unsigned char* p, int64_t stride,
+                           int streams, int64_t steps) {
 #if MPG_BENCH_X86
-  if (k == Kernels::kAvx512) return read_avx512<kPrefetch>(p, n);
-  if (k == Kernels::kAvx2) return read_avx2<kPrefetch>(p, n);
+  if (k == Kernels::kAvx512) {
+    return prefetch ? read_avx512<true>(p, stride, streams, steps)
+                    : read_avx512<false>(p, stride, streams, steps);
+  }
+  if (k == Kernels::kAvx2) {
+    return prefetch ? read_avx2<true>(p, stride, streams, steps)
+                    : read_avx2<false>(p, stride, streams, steps);
+  }
 #endif
   (void)k;
-  return read_portable<kPrefetch>(p, n);
+  return prefetch ? read_portable<true>(p, stride, streams, steps)
+                  : read_portable<false>(p, stride, streams, steps);
 }
 
 inline void write_bytes(Kernels k, unsigned char* p, int64_t n) {
@@ -253,6 +288,41 @@ inline void write_bytes(Kernels k, unsigned char* p, int64_t n) {
 #endif
   (void)k;
   write_portable(p, n);
+}
+
+// Orders the streaming stores before the chunk counts as done.
+inline void fence_writes(Kernels k) {
+#if MPG_BENCH_X86
+  if (k != Kernels::kPortable) _mm_sfence();
+#endif
+  (void)k;
+}
+
+// One chunk of the yardstick under `plan`: reads n bytes (a multiple of kReadStep) from `in` and
+// writes w bytes (a multiple of kLine) to `out`. The read is cut into plan.streams equal
+// sequential streams read in lockstep, kReadStep bytes of each in turn (one sequential stream
+// keeps too few misses in flight on some cores: on the AMD EPYC of the README, 4-8 streams read
+// 20-45% faster than one), then the few steps left over as one stream.
+inline uint64_t move_chunk(Kernels k, const Plan& plan, const unsigned char* in, int64_t n,
+                           unsigned char* out, int64_t w) {
+  const int64_t rounds = n / (plan.streams * kReadStep);
+  const int64_t stride = rounds * kReadStep;
+  const int64_t rounds_per_call = plan.interleave ? 1 : rounds;
+  uint64_t sum = 0;
+  int64_t written = 0;
+  for (int64_t r = 0; r < rounds; r += rounds_per_call) {
+    sum += read_bytes(k, plan.prefetch, in + r * kReadStep, stride, plan.streams, rounds_per_call);
+    if (plan.interleave) {  // the share of the writes that goes with the reads so far
+      const int64_t target = w * (r + 1) / rounds / kLine * kLine;
+      write_bytes(k, out + written, target - written);
+      written = target;
+    }
+  }
+  const int64_t tail = stride * plan.streams;
+  sum += read_bytes(k, plan.prefetch, in + tail, 0, 1, (n - tail) / kReadStep);
+  write_bytes(k, out + written, w - written);
+  fence_writes(k);
+  return sum;
 }
 
 // [begin, end) of chunk i of n over `bytes`, cut at multiples of `unit`.
@@ -277,38 +347,47 @@ class BandwidthReference {
     grow(&out_, &out_size_, detail::round_up(bytes.write, detail::kLine));
   }
 
-  // Once per process, outside any timed loop: times the read loop with and without software
-  // prefetch (7 alternations on one thread over 128 MiB) and keeps the faster, so the
-  // yardstick is the best of the two on this machine.
-  void calibrate() {
-    if (calibrated_) return;
-    calibrated_ = true;
-    const int64_t n = int64_t{128} << 20;  // 4x the L3 of common x86 chiplets
-    reserve(ByteModel{n, 0});
+  // Outside any timed loop, once per (bytes, threads): runs every plan of kPlans over the row's
+  // bytes 3 times, interleaved plan by plan after a warm-up pass, and keeps the one with the
+  // fastest median for run(). Returns that plan.
+  Plan calibrate(const ByteModel& bytes, int threads) {
+    const Key key{bytes.read, bytes.write, threads};
+    for (const auto& [k, plan] : plans_) {
+      if (k == key) return plan;
+    }
+    reserve(bytes);
     using Clock = std::chrono::steady_clock;
-    std::vector<double> seconds[2];
-    for (int round = 0; round < 8; ++round) {
-      for (int with_prefetch = 0; with_prefetch < 2; ++with_prefetch) {
+    constexpr int kCount = static_cast<int>(std::size(kPlans));
+    std::vector<double> seconds[kCount];
+    for (int round = 0; round < 4; ++round) {
+      for (int i = 0; i < kCount; ++i) {
         const auto start = Clock::now();
-        const uint64_t sum = with_prefetch ? detail::read_bytes<true>(kernels_, in_.get(), n)
-                                           : detail::read_bytes<false>(kernels_, in_.get(), n);
-        benchmark::DoNotOptimize(sum);
+        run(kPlans[i], bytes, threads);
         const double s = std::chrono::duration<double>(Clock::now() - start).count();
-        if (round > 0) seconds[with_prefetch].push_back(s);  // round 0 warms up
+        if (round > 0) seconds[i].push_back(s);  // round 0 warms up
       }
     }
-    for (auto& v : seconds) std::sort(v.begin(), v.end());
-    prefetch_ = seconds[1][seconds[1].size() / 2] < seconds[0][seconds[0].size() / 2];
-    read_GBps_[0] = static_cast<double>(n) / seconds[0][seconds[0].size() / 2] / 1e9;
-    read_GBps_[1] = static_cast<double>(n) / seconds[1][seconds[1].size() / 2] / 1e9;
+    int best = 0;
+    double best_median = 0.0;
+    for (int i = 0; i < kCount; ++i) {
+      std::sort(seconds[i].begin(), seconds[i].end());
+      const double median = seconds[i][seconds[i].size() / 2];
+      if (i == 0 || median < best_median) {
+        best = i;
+        best_median = median;
+      }
+    }
+    plans_.emplace_back(key, kPlans[best]);
+    return plans_.back().second;
   }
-  bool prefetch() const { return prefetch_; }
-  // Single-thread read GB/s measured by calibrate(): [0] without, [1] with software prefetch.
-  double calibration_GBps(bool with_prefetch) const { return read_GBps_[with_prefetch ? 1 : 0]; }
 
-  // Reads bytes.read bytes, then writes bytes.write bytes with non-temporal stores, on
-  // `threads` threads (each chunk: its share of the read, then its share of the write).
-  void run(const ByteModel& bytes, int threads) {
+  // Reads bytes.read bytes and writes bytes.write bytes with non-temporal stores, on `threads`
+  // threads, by the plan calibrate() kept for them.
+  void run(const ByteModel& bytes, int threads) { run(calibrate(bytes, threads), bytes, threads); }
+
+  // The same by a given plan. The bytes are cut into threads x kChunksPerThread chunks, each
+  // its share of the reads and of the writes (detail::move_chunk).
+  void run(const Plan& plan, const ByteModel& bytes, int threads) {
     reserve(bytes);
     const int64_t read = detail::round_up(bytes.read, detail::kReadStep);
     const int64_t write = detail::round_up(bytes.write, detail::kLine);
@@ -317,10 +396,9 @@ class BandwidthReference {
     const auto task = [&](int64_t i) {
       const auto [r0, r1] = detail::chunk(read, i, chunks, detail::kReadStep);
       const auto [w0, w1] = detail::chunk(write, i, chunks, detail::kLine);
-      const uint64_t sum = prefetch_ ? detail::read_bytes<true>(kernels_, in_.get() + r0, r1 - r0)
-                                     : detail::read_bytes<false>(kernels_, in_.get() + r0, r1 - r0);
+      const uint64_t sum = detail::move_chunk(kernels_, plan, in_.get() + r0, r1 - r0,
+                                              out_.get() + w0, w1 - w0);
       benchmark::DoNotOptimize(sum);
-      detail::write_bytes(kernels_, out_.get() + w0, w1 - w0);
     };
     mpg::detail::ThreadPool::instance().run(threads, chunks, task);
     benchmark::ClobberMemory();
@@ -348,10 +426,10 @@ class BandwidthReference {
     *size = wanted;
   }
 
+  using Key = std::tuple<int64_t, int64_t, int>;  // read bytes, write bytes, threads
+
   detail::Kernels kernels_ = detail::best_kernels();
-  bool calibrated_ = false;
-  bool prefetch_ = false;
-  double read_GBps_[2] = {0.0, 0.0};
+  std::vector<std::pair<Key, Plan>> plans_;  // calibrate()'s choices
   detail::Buffer in_;
   detail::Buffer out_;
   int64_t in_size_ = 0;
@@ -378,9 +456,7 @@ void time_op(benchmark::State& state, const ByteModel& bytes, int threads, Op&& 
   const int ref_threads = resolve_threads(threads);
   auto& reference = BandwidthReference::instance();
   if (yardstick == Yardstick::kSameRun) {
-    reference.reserve(bytes);
-    reference.calibrate();
-    reference.run(bytes, ref_threads);  // warm-up: wakes the pool; the buffers are touched
+    reference.calibrate(bytes, ref_threads);  // also wakes the pool and touches the buffers
   }
   if (auto s = op(); !s.ok()) {  // warm-up, and a last check that the op runs
     state.SkipWithError(("op failed: " + s.message()).c_str());
@@ -421,6 +497,10 @@ void time_op(benchmark::State& state, const ByteModel& bytes, int threads, Op&& 
   if (yardstick == Yardstick::kSameRun && op_seconds > 0.0 && ref_seconds > 0.0) {
     state.counters["ref_GBps"] = calls * total / ref_seconds / 1e9;
     state.counters["efficiency"] = ref_seconds / op_seconds;
+    const Plan plan = reference.calibrate(bytes, ref_threads);
+    state.counters["ref_streams"] = plan.streams;
+    state.counters["ref_prefetch"] = plan.prefetch ? 1 : 0;
+    state.counters["ref_interleave"] = plan.interleave ? 1 : 0;
   }
 }
 
@@ -500,18 +580,14 @@ inline std::vector<int32_t> random_expert_ids(int64_t tokens, int64_t topk, int6
 
 // Context lines every bench binary should record (shown in the JSON "context").
 inline void add_context() {
-  auto& reference = BandwidthReference::instance();
-  reference.calibrate();
-  benchmark::AddCustomContext("yardstick_kernels", reference.kernels_name());
+  benchmark::AddCustomContext("yardstick_kernels",
+                              BandwidthReference::instance().kernels_name());
   benchmark::AddCustomContext(
-      "yardstick_read_prefetch",
-      std::string(reference.prefetch() ? "yes" : "no") +
-          " (calibration, 1 thread: " + std::to_string(reference.calibration_GBps(false)) +
-          " GB/s without, " + std::to_string(reference.calibration_GBps(true)) +
-          " GB/s with prefetch " + std::to_string(detail::kPrefetchBytes) + " B ahead)");
-  benchmark::AddCustomContext("yardstick",
-                              "sequential read of the op's read bytes from one buffer, then "
-                              "non-temporal write of its written bytes; same threads, same run");
+      "yardstick",
+      "sequential read of the op's read bytes from one buffer (1, 4 or 8 lockstep streams, with "
+      "or without software prefetch) and non-temporal write of its written bytes (after the "
+      "reads or interleaved with them): the fastest of these plans for each row, same threads, "
+      "same run; the row's ref_streams, ref_prefetch and ref_interleave say which");
 }
 
 }  // namespace mpg::bench

@@ -1,10 +1,12 @@
 // The yardstick of bench/bandwidth.hpp on its own: how fast this machine reads, writes
 // (non-temporal) and does both, per thread count. A sanity check of the reference every op row
-// is compared with, e.g. that one thread reads about as fast as the machine allows.
+// is compared with, e.g. that one thread reads about as fast as the machine allows: every plan
+// of kPlans on its own (plan:0..11) and the one the op rows would keep (plan:-1).
 
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -12,7 +14,9 @@
 
 namespace {
 
-enum Arg : int { kReadMiB, kWriteMiB, kThreads };
+// Args of a row: the bytes, the plan (index into kPlans, or -1 = the one calibrate() keeps),
+// the threads.
+enum Arg : int { kReadMiB, kWriteMiB, kPlanIndex, kThreads };
 
 struct Done {
   bool ok() const { return true; }
@@ -25,11 +29,17 @@ void BM_Yardstick(benchmark::State& state, mpg::bench::Yardstick yardstick) {
   bytes.write = state.range(kWriteMiB) << 20;
   const int threads = mpg::bench::resolve_threads(static_cast<int>(state.range(kThreads)));
   auto& reference = mpg::bench::BandwidthReference::instance();
+  const int64_t index = state.range(kPlanIndex);
+  const mpg::bench::Plan plan = index < 0 ? reference.calibrate(bytes, threads)
+                                          : mpg::bench::kPlans[static_cast<size_t>(index)];
+  state.counters["streams"] = plan.streams;
+  state.counters["prefetch"] = plan.prefetch ? 1 : 0;
+  state.counters["interleave"] = plan.interleave ? 1 : 0;
   reference.reserve(bytes);
   mpg::bench::time_op(
       state, bytes, threads,
       [&] {
-        reference.run(bytes, threads);
+        reference.run(plan, bytes, threads);
         return Done{};
       },
       yardstick);
@@ -38,9 +48,14 @@ void BM_Yardstick(benchmark::State& state, mpg::bench::Yardstick yardstick) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (const auto& shape : {std::vector<int64_t>{256, 0}, {0, 64}, {256, 32}}) {
-    mpg::bench::add_rows("BM_Yardstick", mpg::bench::Yardstick::kNone, BM_Yardstick,
-                         {"read_MiB", "write_MiB", "threads"}, shape, {1, 2});
+  const int64_t plans = static_cast<int64_t>(std::size(mpg::bench::kPlans));
+  for (const auto& bytes : {std::vector<int64_t>{256, 0}, {0, 64}, {256, 32}, {32, 256}}) {
+    for (int64_t plan = -1; plan < plans; ++plan) {
+      std::vector<int64_t> shape = bytes;
+      shape.push_back(plan);
+      mpg::bench::add_rows("BM_Yardstick", mpg::bench::Yardstick::kNone, BM_Yardstick,
+                           {"read_MiB", "write_MiB", "plan", "threads"}, shape, {1, 2});
+    }
   }
   mpg::bench::add_context();
   benchmark::Initialize(&argc, argv);
