@@ -348,8 +348,11 @@ class BandwidthReference {
   }
 
   // Outside any timed loop, once per (bytes, threads): runs every plan of kPlans over the row's
-  // bytes 3 times, interleaved plan by plan after a warm-up pass, and keeps the one with the
-  // fastest median for run(). Returns that plan.
+  // bytes in 7 rounds, plan after plan, after a warm-up round, and keeps for run() the plan
+  // whose time relative to its round's fastest plan has the lowest median. Relative to the
+  // round: a slow spell on this shared machine that covers a whole round cancels out, one that
+  // hits a single run of a plan is outvoted by the median (seen with plain medians or minima of
+  // the times: the chosen plan 15-20% slower than the best one).
   Plan calibrate(const ByteModel& bytes, int threads) {
     const Key key{bytes.read, bytes.write, threads};
     for (const auto& [k, plan] : plans_) {
@@ -358,25 +361,25 @@ class BandwidthReference {
     reserve(bytes);
     using Clock = std::chrono::steady_clock;
     constexpr int kCount = static_cast<int>(std::size(kPlans));
-    std::vector<double> seconds[kCount];
-    for (int round = 0; round < 4; ++round) {
+    constexpr int kRounds = 7;
+    std::vector<double> relative[kCount];
+    for (int round = 0; round <= kRounds; ++round) {
+      double seconds[kCount];
       for (int i = 0; i < kCount; ++i) {
         const auto start = Clock::now();
         run(kPlans[i], bytes, threads);
-        const double s = std::chrono::duration<double>(Clock::now() - start).count();
-        if (round > 0) seconds[i].push_back(s);  // round 0 warms up
+        seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
       }
+      if (round == 0) continue;  // warm-up
+      const double fastest = *std::min_element(seconds, seconds + kCount);
+      for (int i = 0; i < kCount; ++i) relative[i].push_back(seconds[i] / fastest);
     }
-    int best = 0;
-    double best_median = 0.0;
+    double medians[kCount];
     for (int i = 0; i < kCount; ++i) {
-      std::sort(seconds[i].begin(), seconds[i].end());
-      const double median = seconds[i][seconds[i].size() / 2];
-      if (i == 0 || median < best_median) {
-        best = i;
-        best_median = median;
-      }
+      std::sort(relative[i].begin(), relative[i].end());
+      medians[i] = relative[i][kRounds / 2];
     }
+    const int best = static_cast<int>(std::min_element(medians, medians + kCount) - medians);
     plans_.emplace_back(key, kPlans[best]);
     return plans_.back().second;
   }
