@@ -399,8 +399,8 @@ class BandwidthReference {
     const auto task = [&](int64_t i) {
       const auto [r0, r1] = detail::chunk(read, i, chunks, detail::kReadStep);
       const auto [w0, w1] = detail::chunk(write, i, chunks, detail::kLine);
-      const uint64_t sum = detail::move_chunk(kernels_, plan, in_.get() + r0, r1 - r0,
-                                              out_.get() + w0, w1 - w0);
+      const uint64_t sum =
+          detail::move_chunk(kernels_, plan, in_.get() + r0, r1 - r0, out_.get() + w0, w1 - w0);
       benchmark::DoNotOptimize(sum);
     };
     mpg::detail::ThreadPool::instance().run(threads, chunks, task);
@@ -583,8 +583,7 @@ inline std::vector<int32_t> random_expert_ids(int64_t tokens, int64_t topk, int6
 
 // Context lines every bench binary should record (shown in the JSON "context").
 inline void add_context() {
-  benchmark::AddCustomContext("yardstick_kernels",
-                              BandwidthReference::instance().kernels_name());
+  benchmark::AddCustomContext("yardstick_kernels", BandwidthReference::instance().kernels_name());
   benchmark::AddCustomContext(
       "yardstick",
       "sequential read of the op's read bytes from one buffer (1, 4 or 8 lockstep streams, with "
