@@ -13,7 +13,8 @@
 #   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>, or
 #                      settings joined by +, e.g. prefetch=0+block=4
 #   MPG_TUNE_ROUNDS    rounds (default 2); MPG_TUNE_REPETITIONS per round (default 3)
-#   MPG_TUNE_FILTER    --benchmark_filter (default: the default-ISA rows, all shapes)
+#   MPG_TUNE_BENCH     the bench binary (default bench_permute_grad)
+#   MPG_TUNE_FILTER    --benchmark_filter (default: bench_permute_grad's default-ISA rows)
 #   MPG_TUNE_FLAGS     extra CMAKE_CXX_FLAGS for every variant (e.g. -march=native)
 #   MPG_TUNE_RUN       1 build and run (default), 0 build only, 2 run only
 set -euo pipefail
@@ -23,6 +24,7 @@ variants=${MPG_TUNE_VARIANTS:-default prefetch=0 prefetch=1024 prefetch=4096 blo
 stream=0 stream=1099511627776}
 rounds=${MPG_TUNE_ROUNDS:-2}
 repetitions=${MPG_TUNE_REPETITIONS:-3}
+bench=${MPG_TUNE_BENCH:-bench_permute_grad}
 filter=${MPG_TUNE_FILTER:-^BM_PermuteGrad[A-Za-z]*_[A-Z0-9]+_I32/tokens}
 out=build-tune
 python=/usr/bin/python3
@@ -48,7 +50,7 @@ for variant in $variants; do
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
     "-DCMAKE_CXX_FLAGS=${MPG_TUNE_FLAGS:-} $(define_of "$variant")" -DMPG_BUILD_TESTS=OFF \
     -DMPG_BUILD_EXAMPLES=OFF >/dev/null
-  cmake --build "$dir" -j"$(nproc)" --target bench_permute_grad >/dev/null
+  cmake --build "$dir" -j"$(nproc)" --target "$bench" >/dev/null
 done
 
 if [[ $run == 0 ]]; then exit 0; fi
@@ -57,7 +59,7 @@ for ((round = 1; round <= rounds; ++round)); do
   for variant in $variants; do
     dir=$out/${variant//=/-}
     echo "round $round: $variant"
-    "$dir/bench/bench_permute_grad" --benchmark_filter="$filter" \
+    "$dir/bench/$bench" --benchmark_filter="$filter" \
       --benchmark_repetitions="$repetitions" --benchmark_out="$dir/round$round.json" \
       --benchmark_out_format=json >/dev/null
   done

@@ -410,6 +410,39 @@ TEST(UnpermuteGradSpecials, DroppedCopiesGiveZeroRowsAndTheTreeOfAZeroRow) {
 using SweepParam = std::tuple<int, DType, DType, IndexType>;
 class UnpermuteGradSweep : public ::testing::TestWithParam<SweepParam> {};
 
+// The kernel of the path's kernel set called directly with streaming_stores on (the library
+// turns them on only from kStreamingStoreBytes of dX, far above the sweep's shapes).
+template <class T, class P, class I>
+void expect_streamed_kernel_matches(Call<T, P, I>& got, const Call<T, P, I>& want, PathCase path) {
+  mpg::detail::UnpermuteGradArgs<T, P, I> a;
+  const auto x = got.x.const_view();
+  const auto g = got.g.const_view();
+  const auto probs = got.probs.const_view();
+  const auto dx = got.dx.view();
+  const auto dp = got.dp.view();
+  a.tokens = x.data;
+  a.kept_rows = got.kept_rows;
+  a.tokens_stride = x.row_stride;
+  a.tokens_grad = g.data;
+  a.tokens_grad_stride = g.row_stride;
+  a.indices = got.s.data();
+  a.topk = got.topk;
+  a.probs = probs.data;
+  a.probs_stride = probs.row_stride;
+  a.permuted_grad = dx.data;
+  a.permuted_grad_stride = dx.row_stride;
+  a.probs_grad = dp.data;
+  a.probs_grad_stride = dp.row_stride;
+  a.hidden = got.hidden;
+  a.streaming_stores = true;
+  const mpg::Isa isa = mpg::detail::resolve_isa(mpg_test::path_options(path).isa);
+  mpg::detail::select_unpermute_grad<T, P, I>(isa)(a, 0, got.tokens);
+  EXPECT_EQ(value_difference(got.dx, want.dx), "");
+  EXPECT_EQ(value_difference(got.dp, want.dp), "");
+  EXPECT_TRUE(got.dx.guards_intact() && got.dp.guards_intact());
+  EXPECT_TRUE(got.dx.row_gaps_untouched() && got.dp.row_gaps_untouched());
+}
+
 template <class T, class P, class I>
 void sweep(PathCase path) {
   constexpr int64_t kHidden[] = {0,   1,   7,   8,   15,  16,   17,   31,   33,   63,   64,  65,
@@ -443,6 +476,15 @@ void sweep(PathCase path) {
         if (!with_probs) {
           EXPECT_TRUE(got.dp.payload_untouched());
         }
+        if (testing::Test::HasFailure()) return;
+      }
+      if (want.with_probs) {  // and the kernel with streaming dX stores (used from 8 MiB of dX)
+        SCOPED_TRACE(testing::Message() << "H = " << hidden << ", K = " << want.topk
+                                        << ", layout = " << layout << ", streaming stores");
+        Call<T, P, I> got = want;
+        got.dx.buffer().fill_sentinel();
+        got.dp.buffer().fill_sentinel();
+        expect_streamed_kernel_matches(got, want, path);
         if (testing::Test::HasFailure()) return;
       }
     }

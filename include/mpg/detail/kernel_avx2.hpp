@@ -42,6 +42,8 @@ struct Vec {
   // measured, see the notes at the end of this file.
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(4);
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(0);
+  // MoeTokenUnpermuteGrad reads one X row at a time, not K at once: there the prefetch pays.
+  static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);
 
   MPG_ALWAYS_INLINE static F zero() { return _mm256_setzero_ps(); }
   MPG_ALWAYS_INLINE static F set1(float x) { return _mm256_set1_ps(x); }
@@ -62,6 +64,26 @@ struct Vec {
     const F odd = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
     const __m256d sums = _mm256_castps_pd(_mm256_add_ps(even, odd));
     return _mm256_castpd_ps(_mm256_permute4x64_pd(sums, 0xD8));
+  }
+
+  // The first three pair levels over v[0..7] (64 consecutive values): the 8 level-3 sums, in
+  // order, with the same adds as pair_add applied level by level. Cheaper: a level's even/odd
+  // split within 128-bit halves leaves its sums in an order whose adjacent lanes are still
+  // siblings, so the order is restored once, by the last level's cross-half add (21
+  // instructions instead of 28).
+  static constexpr bool kHasPairLevels3 = true;
+  MPG_ALWAYS_INLINE static F pair_levels3(const F* v) {
+    // [v0 0-3, v1 0-3, v2 0-3, v3 0-3 | v0 4-7, v1 4-7, v2 4-7, v3 4-7], and v4..v7 likewise
+    const F low = pair_level(pair_level(v[0], v[1]), pair_level(v[2], v[3]));
+    const F high = pair_level(pair_level(v[4], v[5]), pair_level(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20),
+                         _mm256_permute2f128_ps(low, high, 0x31));
+  }
+  // Per 128-bit half: the even lanes of a then b plus their odd lanes (pair_add without its
+  // final permute).
+  MPG_ALWAYS_INLINE static F pair_level(F a, F b) {
+    return _mm256_add_ps(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   }
 
   template <class T>
@@ -85,17 +107,21 @@ struct Vec {
   }
 
   // fp32 -> bf16 bits in the low half of each 32-bit lane, round to nearest even with integer
-  // ops (see kernel_avx512.hpp for why not VCVTNEPS2BF16); NaN -> quiet NaN of its sign.
-  MPG_ALWAYS_INLINE static __m256i narrow_bf16_epi32(F x) {
+  // ops (see kernel_avx512.hpp for why not VCVTNEPS2BF16). Right for every value but NaN, which
+  // the carry can turn into an infinity.
+  MPG_ALWAYS_INLINE static __m256i round_bf16_epi32(F x) {
     const __m256i bits = _mm256_castps_si256(x);
-    const __m256i high = _mm256_srli_epi32(bits, 16);
-    const __m256i lsb = _mm256_and_si256(high, _mm256_set1_epi32(1));
-    const __m256i rounded = _mm256_srli_epi32(
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    return _mm256_srli_epi32(
         _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  }
+  // The same for every value: NaN -> quiet NaN of its sign.
+  MPG_ALWAYS_INLINE static __m256i narrow_bf16_epi32(F x) {
+    const __m256i high = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
     const __m256i quiet_nan = _mm256_or_si256(_mm256_and_si256(high, _mm256_set1_epi32(0x8000)),
                                               _mm256_set1_epi32(0x7FC0));
     const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-    return _mm256_blendv_epi8(rounded, quiet_nan, nan);
+    return _mm256_blendv_epi8(round_bf16_epi32(x), quiet_nan, nan);
   }
   // 8 fp32 lanes narrowed to 16-bit T's bits.
   template <class T>
@@ -110,11 +136,15 @@ struct Vec {
 
   // 16 fp32 lanes (a then b) narrowed to 16-bit T's bits. bf16: one 256-bit pack of both
   // (per 128-bit half: a's four, then b's four) and one 64-bit permute to restore the order,
-  // instead of a pack and an extract per vector and an insert.
+  // instead of a pack and an extract per vector and an insert; the NaN fix-up only when one
+  // compare of a with b finds a NaN in either (5 fewer instructions per 16 values without).
   template <class T>
   MPG_ALWAYS_INLINE static __m256i narrow16(F a, F b) {
     if constexpr (std::is_same_v<T, bfloat16>) {
-      const __m256i packed = _mm256_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b));
+      const bool any_nan = _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
+      const __m256i packed = any_nan
+                                 ? _mm256_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
+                                 : _mm256_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));
       return _mm256_permute4x64_epi64(packed, 0xD8);
     } else {
       return _mm256_set_m128i(narrow8<T>(b), narrow8<T>(a));
@@ -175,7 +205,16 @@ MPG_END_TARGET
 // (a first run: prefetch 1024 0.92-1.03, 4096 0.88-1.04, block 16 0.85-1.02). On this CPU the
 // software prefetch only competes with the hardware prefetchers for the same lines, and a block
 // of one line per row keeps each row's access a plain sequential stream. In-cache rows
-// (16 x 8 x 4096 and 1 x 1 x 64) were within the noise between all variants. Values above 1:
-// the op beat the yardstick under load; the idle figures are in README.md.
+// (16 x 8 x 4096 and 1 x 1 x 64) were within the noise between all variants. (Those
+// efficiencies were against the one-stream yardstick of that day, which these kernels beat; the
+// comparison between variants stands.) Measured since, against the plan-choosing yardstick
+// (2026-12-03, idle, scripts/tune_kernels.sh): the next token's row heads prefetched (2, 4 or 8
+// lines a row) and the K rows summed 4 or 2 at a time over 16-block chunks (fewer streams at
+// once, as the yardstick's 4 streams read faster than 8) gave no gain and 15-30% less,
+// respectively; neither was kept.
+// - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad): bench_token_unpermute_grad, 2 rounds x 3
+//   repetitions, GB/s 1 | 2 threads, bf16 4096 x 8 x 4096 and fp32 8192 x 2 x 4096:
+//   no prefetch 7.8 | 14.5 and 14.0 | 22.4; 1024: 8.8 | 17.8 and 16.0 | 24.6; 4096: 8.2 | 16.8
+//   and 14.8 | 22.6; in a slower second round 512, 1024 and 2048 were within the noise.
 
 #endif  // MPG_HAVE_X86_KERNELS

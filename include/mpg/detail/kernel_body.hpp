@@ -10,9 +10,12 @@
 //   zero(), set1(float), add(F, F), mul(F, F) (rounded product the compiler cannot contract),
 //   load<T>(p), load_partial<T>(p, n), store<T>(p, v), store_partial<T>(p, v, n),
 //   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), prefetch(p), fence(),
-//   and kPrefetchBytes, the in-row prefetch distance;
+//   kPrefetchBytes, the in-row prefetch distance of the K-row walk, and kCopyPrefetchBytes, that
+//   of MoeTokenUnpermuteGrad, which reads one row at a time;
 //   pair_add(a, b): the sums of adjacent lanes of the 2 * kLanes values a then b, in order,
-//   [a0+a1, a2+a3, .., b0+b1, ..] (with one lane: a0+b0), for MoeTokenUnpermuteGrad's tree.
+//   [a0+a1, a2+a3, .., b0+b1, ..] (with one lane: a0+b0), for MoeTokenUnpermuteGrad's tree;
+//   optionally pair_levels3(const F* v) with kHasPairLevels3 = true, a cheaper pair_add tree of
+//   three levels over 8 vectors (kernel_unpermute_grad_body.hpp's pair_levels3).
 // load_partial/store_partial touch only the n < kLanes elements at p.
 
 #ifndef MPG_KERNEL_NAMESPACE

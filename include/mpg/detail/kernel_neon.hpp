@@ -44,6 +44,7 @@ struct Vec {
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
   // AVX-512's measured distance (kernel_avx512.hpp); not measured on ARM.
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
+  static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;  // not measured apart
 
   MPG_ALWAYS_INLINE static F zero() { return vdupq_n_f32(0.0f); }
   MPG_ALWAYS_INLINE static F set1(float x) { return vdupq_n_f32(x); }

@@ -5,8 +5,9 @@
 //
 // Per token: g widened to fp32 once; per copy one pass that writes the dX row (g * p, narrowed)
 // and the products x * g into an fp32 row in L1; then the reduction tree of docs/contract.md
-// section 10 over that row. Products go through memory before the tree adds them, and Vec::mul
-// is a rounded product anyway, so nothing can be contracted into an FMA. The folds are
+// section 10 over that row. When the tree is pair levels only (H = 64, 512 or 4096), its first
+// three levels are added in registers during that pass instead (unpermute_grad_copy_fused).
+// Vec::mul is a rounded product, so nothing can be contracted into an FMA. The folds are
 // element-wise adds (any lane width gives the same bits); the pair stage uses Vec::pair_add.
 
 #ifndef MPG_KERNEL_NAMESPACE
@@ -45,6 +46,26 @@ MPG_ALWAYS_INLINE void tree_pairs(float* e, int64_t n_out) {
   for (; i < n_out; ++i) e[i] = e[2 * i] + e[2 * i + 1];  // the last levels, below one vector
 }
 
+// The first three pair levels over 8 vectors (8 * kLanes consecutive values): their kLanes
+// level-3 sums, in order. Through Vec::pair_levels3 where the set has a cheaper one.
+template <class V, class = void>
+struct HasPairLevels3 : std::false_type {};
+template <class V>
+struct HasPairLevels3<V, std::void_t<decltype(V::kHasPairLevels3)>>
+    : std::bool_constant<V::kHasPairLevels3> {};
+
+template <class V = Vec>  // a template, so that the branch not taken is not compiled
+MPG_ALWAYS_INLINE typename V::F pair_levels3(const typename V::F* v) {
+  using F = typename V::F;
+  if constexpr (HasPairLevels3<V>::value) {
+    return V::pair_levels3(v);
+  } else {
+    const F low = V::pair_add(V::pair_add(v[0], v[1]), V::pair_add(v[2], v[3]));
+    const F high = V::pair_add(V::pair_add(v[4], v[5]), V::pair_add(v[6], v[7]));
+    return V::pair_add(low, high);
+  }
+}
+
 // Three pair levels in one pass, in registers: e[i] = the level-3 sum of e[8i .. 8i + 8) for
 // i < n_out (a multiple of kLanes), in place as tree_pairs. Fewer passes over e, same adds.
 MPG_ALWAYS_INLINE void tree_pairs3(float* e, int64_t n_out) {
@@ -54,10 +75,15 @@ MPG_ALWAYS_INLINE void tree_pairs3(float* e, int64_t n_out) {
     F v[8];
     MPG_UNROLL
     for (int j = 0; j < 8; ++j) v[j] = Vec::template load<float>(e + 8 * i + j * kLanes);
-    const F low = Vec::pair_add(Vec::pair_add(v[0], v[1]), Vec::pair_add(v[2], v[3]));
-    const F high = Vec::pair_add(Vec::pair_add(v[4], v[5]), Vec::pair_add(v[6], v[7]));
-    Vec::template store<float>(e + i, Vec::pair_add(low, high));
+    Vec::template store<float>(e + i, pair_levels3(v));
   }
+}
+
+// The pair levels of the tree over the p values at e (p a power of two): e[0] at the end.
+MPG_ALWAYS_INLINE float tree_pair_levels(float* e, int64_t p) {
+  for (; p % (8 * Vec::kLanes) == 0; p /= 8) tree_pairs3(e, p / 8);
+  for (; p > 1; p /= 2) tree_pairs(e, p / 2);
+  return e[0];
 }
 
 // tree(e) over e[0, length); e holds tree_scratch_floats(length) floats and is clobbered.
@@ -74,17 +100,25 @@ MPG_ALWAYS_INLINE float tree_sum(float* e, int64_t length) {
     }
     tree_fold(e, e + shape.pairs, n - shape.pairs);
   }
-  int64_t p = shape.pairs;  // a power of two, at least 64
-  for (; p % (8 * Vec::kLanes) == 0; p /= 8) tree_pairs3(e, p / 8);
-  for (; p > 1; p /= 2) tree_pairs(e, p / 2);
-  return e[0];
+  return tree_pair_levels(e, shape.pairs);
+}
+
+// Whether a kept copy can take unpermute_grad_copy_fused: the tree is pair levels only
+// (hidden is 64, 512 or 4096: no fold), the first three of them run in one pass of
+// 8 * kLanes columns (tree_pair_levels starts with tree_pairs3), and such a pass is whole
+// 64-byte lines of dX.
+template <class T>
+inline bool fusable_tree(int64_t hidden) {
+  constexpr int64_t kStep = 8 * Vec::kLanes;
+  return Vec::kLanes > 1 && (kStep * int64_t{sizeof(T)}) % kLineBytes == 0 &&
+         hidden == tree_shape(hidden).pairs && hidden % kStep == 0;
 }
 
 // One copy's dX row (g * p narrowed, or +0.0 when the copy is dropped) and its products x * g
 // in e (a dropped copy's x is a +0.0 row: -0.0 where g < 0, NaN where g is inf or NaN, as the
 // contract defines them). With kStream, the whole 64-byte lines of the dX row are written
 // non-temporally: dX is as large as X and is not read back. X rows are gathered, so the hardware
-// prefetcher misses their starts: the in-row prefetch runs Vec::kPrefetchBytes ahead, past the
+// prefetcher misses their starts: the in-row prefetch runs Vec::kCopyPrefetchBytes ahead, past the
 // row end (the next row in memory is the same expert's next token, read soon after).
 template <class T, bool kKept, bool kStream>
 MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p, T* dx, float* e,
@@ -116,7 +150,8 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
   const auto plain = [&](int64_t h, int64_t end) {
     for (; h + kLanes <= end; h += kLanes) {
       if constexpr (kKept) {
-        if (h % kLineColumns == 0) Vec::prefetch(x + h + Vec::kPrefetchBytes / int64_t{sizeof(T)});
+        if (h % kLineColumns == 0)
+          Vec::prefetch(x + h + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
       }
       F d;
       column(h, &d, std::false_type{}, 0);
@@ -139,7 +174,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
     plain(0, h);
     const int64_t line_end = h + (hidden - h) / kLineColumns * kLineColumns;
     for (; h < line_end; h += kLineColumns) {
-      if constexpr (kKept) Vec::prefetch(x + h + Vec::kPrefetchBytes / int64_t{sizeof(T)});
+      if constexpr (kKept) Vec::prefetch(x + h + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
       F d[kVectorsPerLine];
       MPG_UNROLL
       for (int v = 0; v < kVectorsPerLine; ++v) column(h + v * kLanes, &d[v], std::false_type{}, 0);
@@ -147,6 +182,48 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
     }
     plain(h, hidden);
   }
+}
+
+// A kept copy when fusable_tree<T>(hidden) (and, with kStream, dx line-aligned): the same dX
+// row and the same tree as unpermute_grad_copy then tree_sum, but the first three pair levels
+// are added in registers as the products come, so only hidden / 8 level-3 sums go to e and the
+// products never make a round trip through L1. Returns the tree's value.
+template <class T, bool kStream>
+MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, float p, T* dx,
+                                                  float* e, int64_t hidden) {
+  using F = typename Vec::F;
+  constexpr int64_t kLanes = Vec::kLanes;
+  constexpr int64_t kStep = 8 * kLanes;
+  constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
+  constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
+  const F pv = Vec::set1(p);
+  for (int64_t h = 0; h < hidden; h += kStep) {
+    if constexpr (Vec::kCopyPrefetchBytes > 0) {
+      MPG_UNROLL
+      for (int64_t c = 0; c < kStep; c += kLineColumns) {
+        Vec::prefetch(x + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
+      }
+    }
+    F d[8];
+    F products[8];
+    MPG_UNROLL
+    for (int v = 0; v < 8; ++v) {
+      const F gv = Vec::template load<float>(g32 + h + v * kLanes);
+      d[v] = Vec::mul(gv, pv);
+      products[v] = Vec::mul(Vec::template load<T>(x + h + v * kLanes), gv);
+    }
+    if constexpr (kStream) {
+      MPG_UNROLL
+      for (int v = 0; v < 8; v += kVectorsPerLine) {
+        Vec::template stream_line<T>(dx + h + v * kLanes, d + v);
+      }
+    } else {
+      MPG_UNROLL
+      for (int v = 0; v < 8; ++v) Vec::template store<T>(dx + h + v * kLanes, d[v]);
+    }
+    Vec::template store<float>(e + h / 8, pair_levels3(products));
+  }
+  return tree_pair_levels(e, hidden / 8);
 }
 
 // Both outputs for tokens [token_begin, token_end).
@@ -177,7 +254,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
   float* g32 = scratch.data();  // g[t] widened once, read by every copy
   float* e = g32 + hidden;      // one copy's products, then its tree
   // The head of a row the in-row prefetch does not reach (none without that prefetch).
-  const int64_t head_bytes = std::min(Vec::kPrefetchBytes, hidden * int64_t{sizeof(T)});
+  const int64_t head_bytes = std::min(Vec::kCopyPrefetchBytes, hidden * int64_t{sizeof(T)});
+  const bool fused = fusable_tree<T>(hidden);
   for (int64_t t = token_begin; t < token_end; ++t) {
     const T* g = a.tokens_grad + t * a.tokens_grad_stride;
     int64_t h = 0;
@@ -195,27 +273,34 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       const int64_t row = s[k];
       const float p = static_cast<float>(a.probs[t * a.probs_stride + k]);
       T* dx = a.permuted_grad + row * a.permuted_grad_stride;
-      if (row < a.kept_rows) {
-        const T* x = a.tokens + row * a.tokens_stride;
-        if (a.streaming_stores) {
-          unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
-        } else {
-          unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden);
-        }
-      } else if (a.streaming_stores) {
-        unpermute_grad_copy<T, false, true>(nullptr, g32, p, dx, e, hidden);
-      } else {
-        unpermute_grad_copy<T, false, false>(nullptr, g32, p, dx, e, hidden);
-      }
-      // The in-row prefetch covers all but the head of the next copy's X row: fetch that while
-      // the tree runs in L1.
+      // The in-row prefetch covers all but the head of the next copy's X row: fetch that now,
+      // ahead of this copy's pass and tree.
       const int64_t next = t * a.topk + k + 1;
       if (next < token_end * a.topk && a.indices[next] < a.kept_rows) {
         const char* head =
             reinterpret_cast<const char*>(a.tokens + a.indices[next] * a.tokens_stride);
         for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(head + b);
       }
-      a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree_sum(e, hidden));
+      const bool kept = row < a.kept_rows;
+      const T* x = kept ? a.tokens + row * a.tokens_stride : nullptr;
+      float tree = 0.0f;
+      if (kept && fused &&
+          (!a.streaming_stores || reinterpret_cast<uintptr_t>(dx) % kLineBytes == 0)) {
+        tree = a.streaming_stores ? unpermute_grad_copy_fused<T, true>(x, g32, p, dx, e, hidden)
+                                  : unpermute_grad_copy_fused<T, false>(x, g32, p, dx, e, hidden);
+      } else {
+        if (kept && a.streaming_stores) {
+          unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
+        } else if (kept) {
+          unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden);
+        } else if (a.streaming_stores) {
+          unpermute_grad_copy<T, false, true>(x, g32, p, dx, e, hidden);
+        } else {
+          unpermute_grad_copy<T, false, false>(x, g32, p, dx, e, hidden);
+        }
+        tree = tree_sum(e, hidden);
+      }
+      a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree);
     }
   }
   if (a.streaming_stores) Vec::fence();  // streamed dX lines are weakly ordered
