@@ -66,16 +66,17 @@ struct Vec {
     return _mm256_castpd_ps(_mm256_permute4x64_pd(sums, 0xD8));
   }
 
-  // The first three pair levels over v[0..7] (64 consecutive values): the 8 level-3 sums, in
-  // order, with the same adds as pair_add applied level by level. Cheaper: a level's even/odd
-  // split within 128-bit halves leaves its sums in an order whose adjacent lanes are still
-  // siblings, so the order is restored once, by the last level's cross-half add (21
-  // instructions instead of 28).
-  static constexpr bool kHasPairLevels3 = true;
-  MPG_ALWAYS_INLINE static F pair_levels3(const F* v) {
-    // [v0 0-3, v1 0-3, v2 0-3, v3 0-3 | v0 4-7, v1 4-7, v2 4-7, v3 4-7], and v4..v7 likewise
-    const F low = pair_level(pair_level(v[0], v[1]), pair_level(v[2], v[3]));
-    const F high = pair_level(pair_level(v[4], v[5]), pair_level(v[6], v[7]));
+  // The first three pair levels over 8 vectors (64 consecutive values) in two steps, with the
+  // same adds as pair_add applied level by level, but cheaper: a level's even/odd split within
+  // 128-bit halves leaves its sums in an order whose adjacent lanes are still siblings, so the
+  // order is restored once, by the last level's cross-half add (21 instructions instead of 28).
+  // pair_levels2 of v[0..3]: [v0 0-3, v1 0-3, v2 0-3, v3 0-3 | v0 4-7, v1 4-7, v2 4-7, v3 4-7].
+  static constexpr bool kHasPairLevels2 = true;
+  MPG_ALWAYS_INLINE static F pair_levels2(const F* v) {
+    return pair_level(pair_level(v[0], v[1]), pair_level(v[2], v[3]));
+  }
+  // The 8 level-3 sums, in order, from pair_levels2 of v[0..3] (low) and of v[4..7] (high).
+  MPG_ALWAYS_INLINE static F pair_level3(F low, F high) {
     return _mm256_add_ps(_mm256_permute2f128_ps(low, high, 0x20),
                          _mm256_permute2f128_ps(low, high, 0x31));
   }

@@ -14,8 +14,9 @@
 //   of MoeTokenUnpermuteGrad, which reads one row at a time;
 //   pair_add(a, b): the sums of adjacent lanes of the 2 * kLanes values a then b, in order,
 //   [a0+a1, a2+a3, .., b0+b1, ..] (with one lane: a0+b0), for MoeTokenUnpermuteGrad's tree;
-//   optionally pair_levels3(const F* v) with kHasPairLevels3 = true, a cheaper pair_add tree of
-//   three levels over 8 vectors (kernel_unpermute_grad_body.hpp's pair_levels3).
+//   optionally, with kHasPairLevels2 = true, pair_levels2(const F* v) and pair_level3(F, F): a
+//   cheaper pair_add tree of three levels over 8 vectors in two halves (see
+//   kernel_unpermute_grad_body.hpp's pair_levels2).
 // load_partial/store_partial touch only the n < kLanes elements at p.
 
 #ifndef MPG_KERNEL_NAMESPACE

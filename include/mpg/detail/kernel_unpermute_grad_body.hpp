@@ -46,22 +46,29 @@ MPG_ALWAYS_INLINE void tree_pairs(float* e, int64_t n_out) {
   for (; i < n_out; ++i) e[i] = e[2 * i] + e[2 * i + 1];  // the last levels, below one vector
 }
 
-// The first three pair levels over 8 vectors (8 * kLanes consecutive values): their kLanes
-// level-3 sums, in order. Through Vec::pair_levels3 where the set has a cheaper one.
+// The first three pair levels over 8 vectors (8 * kLanes consecutive values), in two halves:
+// pair_levels2 of v[0..3] and of v[4..7], then pair_level3 of both, the kLanes level-3 sums in
+// order. Through the set's own where it has cheaper ones (kHasPairLevels2); the halves' layout
+// is the set's.
 template <class V, class = void>
-struct HasPairLevels3 : std::false_type {};
+struct HasPairLevels2 : std::false_type {};
 template <class V>
-struct HasPairLevels3<V, std::void_t<decltype(V::kHasPairLevels3)>>
-    : std::bool_constant<V::kHasPairLevels3> {};
+struct HasPairLevels2<V, std::void_t<decltype(V::kHasPairLevels2)>>
+    : std::bool_constant<V::kHasPairLevels2> {};
 
-template <class V = Vec>  // a template, so that the branch not taken is not compiled
-MPG_ALWAYS_INLINE typename V::F pair_levels3(const typename V::F* v) {
-  using F = typename V::F;
-  if constexpr (HasPairLevels3<V>::value) {
-    return V::pair_levels3(v);
+template <class V = Vec>  // templates, so that the branch not taken is not compiled
+MPG_ALWAYS_INLINE typename V::F pair_levels2(const typename V::F* v) {
+  if constexpr (HasPairLevels2<V>::value) {
+    return V::pair_levels2(v);
   } else {
-    const F low = V::pair_add(V::pair_add(v[0], v[1]), V::pair_add(v[2], v[3]));
-    const F high = V::pair_add(V::pair_add(v[4], v[5]), V::pair_add(v[6], v[7]));
+    return V::pair_add(V::pair_add(v[0], v[1]), V::pair_add(v[2], v[3]));
+  }
+}
+template <class V = Vec>
+MPG_ALWAYS_INLINE typename V::F pair_level3(typename V::F low, typename V::F high) {
+  if constexpr (HasPairLevels2<V>::value) {
+    return V::pair_level3(low, high);
+  } else {
     return V::pair_add(low, high);
   }
 }
@@ -75,7 +82,7 @@ MPG_ALWAYS_INLINE void tree_pairs3(float* e, int64_t n_out) {
     F v[8];
     MPG_UNROLL
     for (int j = 0; j < 8; ++j) v[j] = Vec::template load<float>(e + 8 * i + j * kLanes);
-    Vec::template store<float>(e + i, pair_levels3(v));
+    Vec::template store<float>(e + i, pair_level3(pair_levels2(v), pair_levels2(v + 4)));
   }
 }
 
@@ -105,13 +112,14 @@ MPG_ALWAYS_INLINE float tree_sum(float* e, int64_t length) {
 
 // Whether a kept copy can take unpermute_grad_copy_fused: the tree is pair levels only
 // (hidden is 64, 512 or 4096: no fold), the first three of them run in one pass of
-// 8 * kLanes columns (tree_pair_levels starts with tree_pairs3), and such a pass is whole
+// 8 * kLanes columns (tree_pair_levels starts with tree_pairs3), and such a step is whole
 // 64-byte lines of dX.
 template <class T>
+inline constexpr bool kFusedSteps =
+    Vec::kLanes > 1 && 8 * Vec::kLanes* int64_t{sizeof(T)} % kLineBytes == 0;
+template <class T>
 inline bool fusable_tree(int64_t hidden) {
-  constexpr int64_t kStep = 8 * Vec::kLanes;
-  return Vec::kLanes > 1 && (kStep * int64_t{sizeof(T)}) % kLineBytes == 0 &&
-         hidden == tree_shape(hidden).pairs && hidden % kStep == 0;
+  return kFusedSteps<T> && hidden == tree_shape(hidden).pairs && hidden % (8 * Vec::kLanes) == 0;
 }
 
 // One copy's dX row (g * p narrowed, or +0.0 when the copy is dropped) and its products x * g
@@ -184,10 +192,30 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
   }
 }
 
-// A kept copy when fusable_tree<T>(hidden) (and, with kStream, dx line-aligned): the same dX
-// row and the same tree as unpermute_grad_copy then tree_sum, but the first three pair levels
-// are added in registers as the products come, so only hidden / 8 level-3 sums go to e and the
-// products never make a round trip through L1. Returns the tree's value.
+// dX columns [begin, end) of a copy, g * p narrowed, with plain stores.
+template <class T>
+MPG_ALWAYS_INLINE void store_scaled(T* dx, const float* g32, typename Vec::F pv, int64_t begin,
+                                    int64_t end) {
+  constexpr int64_t kLanes = Vec::kLanes;
+  int64_t h = begin;
+  for (; h + kLanes <= end; h += kLanes) {
+    Vec::template store<T>(dx + h, Vec::mul(Vec::template load<float>(g32 + h), pv));
+  }
+  if constexpr (kLanes > 1) {
+    if (h < end) {
+      const auto d = Vec::mul(Vec::template load_partial<float>(g32 + h, end - h), pv);
+      Vec::template store_partial<T>(dx + h, d, end - h);
+    }
+  }
+}
+
+// A kept copy when fusable_tree<T>(hidden): the same dX row and the same tree as
+// unpermute_grad_copy then tree_sum, but the first three pair levels are added in registers as
+// the products come, so only hidden / 8 level-3 sums go to e and the products never make a
+// round trip through L1. With kStream, dX is written as unpermute_grad_copy writes it (plain up
+// to the row's first line boundary, whole lines streamed, a plain tail), its lines computed
+// apart from the products' vectors: g * p needs only g, so a misaligned row costs one more load
+// of g per vector, not a second pass. Returns the tree's value.
 template <class T, bool kStream>
 MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, float p, T* dx,
                                                   float* e, int64_t hidden) {
@@ -196,7 +224,16 @@ MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, 
   constexpr int64_t kStep = 8 * kLanes;
   constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
+  static_assert(kStep % kLineColumns == 0, "a step is whole lines of dX");
   const F pv = Vec::set1(p);
+  int64_t head = 0;  // dX columns [head, tail) are streamed
+  int64_t tail = 0;
+  if constexpr (kStream) {
+    const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dx) % kLineBytes);
+    head = std::min(hidden, (kLineBytes - misalign) % kLineBytes / int64_t{sizeof(T)});
+    tail = head + (hidden - head) / kLineColumns * kLineColumns;
+    store_scaled<T>(dx, g32, pv, 0, head);
+  }
   for (int64_t h = 0; h < hidden; h += kStep) {
     if constexpr (Vec::kCopyPrefetchBytes > 0) {
       MPG_UNROLL
@@ -204,25 +241,34 @@ MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, 
         Vec::prefetch(x + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
       }
     }
-    F d[8];
-    F products[8];
+    F halves[2];  // in two halves of 4 vectors: fewer registers live at once
     MPG_UNROLL
-    for (int v = 0; v < 8; ++v) {
-      const F gv = Vec::template load<float>(g32 + h + v * kLanes);
-      d[v] = Vec::mul(gv, pv);
-      products[v] = Vec::mul(Vec::template load<T>(x + h + v * kLanes), gv);
+    for (int half = 0; half < 2; ++half) {
+      const int64_t h4 = h + half * 4 * kLanes;
+      F products[4];
+      MPG_UNROLL
+      for (int v = 0; v < 4; ++v) {
+        const F gv = Vec::template load<float>(g32 + h4 + v * kLanes);
+        products[v] = Vec::mul(Vec::template load<T>(x + h4 + v * kLanes), gv);
+        if constexpr (!kStream) Vec::template store<T>(dx + h4 + v * kLanes, Vec::mul(gv, pv));
+      }
+      halves[half] = pair_levels2(products);
     }
+    Vec::template store<float>(e + h / 8, pair_level3(halves[0], halves[1]));
     if constexpr (kStream) {
       MPG_UNROLL
-      for (int v = 0; v < 8; v += kVectorsPerLine) {
-        Vec::template stream_line<T>(dx + h + v * kLanes, d + v);
+      for (int64_t c = head + h; c < head + h + kStep; c += kLineColumns) {
+        if (c + kLineColumns > tail) break;
+        F d[kVectorsPerLine];
+        MPG_UNROLL
+        for (int v = 0; v < kVectorsPerLine; ++v) {
+          d[v] = Vec::mul(Vec::template load<float>(g32 + c + v * kLanes), pv);
+        }
+        Vec::template stream_line<T>(dx + c, d);
       }
-    } else {
-      MPG_UNROLL
-      for (int v = 0; v < 8; ++v) Vec::template store<T>(dx + h + v * kLanes, d[v]);
     }
-    Vec::template store<float>(e + h / 8, pair_levels3(products));
   }
+  if constexpr (kStream) store_scaled<T>(dx, g32, pv, tail, hidden);
   return tree_pair_levels(e, hidden / 8);
 }
 
@@ -284,11 +330,15 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       const bool kept = row < a.kept_rows;
       const T* x = kept ? a.tokens + row * a.tokens_stride : nullptr;
       float tree = 0.0f;
-      if (kept && fused &&
-          (!a.streaming_stores || reinterpret_cast<uintptr_t>(dx) % kLineBytes == 0)) {
-        tree = a.streaming_stores ? unpermute_grad_copy_fused<T, true>(x, g32, p, dx, e, hidden)
-                                  : unpermute_grad_copy_fused<T, false>(x, g32, p, dx, e, hidden);
-      } else {
+      bool done = false;
+      if constexpr (kFusedSteps<T>) {
+        if (kept && fused) {
+          tree = a.streaming_stores ? unpermute_grad_copy_fused<T, true>(x, g32, p, dx, e, hidden)
+                                    : unpermute_grad_copy_fused<T, false>(x, g32, p, dx, e, hidden);
+          done = true;
+        }
+      }
+      if (!done) {
         if (kept && a.streaming_stores) {
           unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
         } else if (kept) {
