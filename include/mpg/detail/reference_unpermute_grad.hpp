@@ -16,12 +16,11 @@ namespace mpg::detail {
 // out step by step. Takes e by value: it is the scratch the tree works in.
 inline float reference_tree_sum(std::vector<float> e) {
   const auto length = static_cast<int64_t>(e.size());
-  int64_t n = length;
   int64_t pairs = 64;  // P: the perfect tree's width
   if (length < 64) {
     e.resize(64, 0.0f);  // padded with +0.0
-    n = 64;
   } else {
+    int64_t n = length;
     int64_t threshold = 128;
     if (length >= 4096) {
       threshold = 8192;
