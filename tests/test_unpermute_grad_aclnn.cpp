@@ -231,7 +231,7 @@ std::vector<ErrorCase> error_cases() {
       {"DxOverTokens", kErrParamInvalid, "permuted_tokens_grad_out overlaps permuted_tokens",
        [](GradCall& c) { c.dx = static_cast<float*>(c.tokens) + 3; }},
       {"DxOverGrad", kErrParamInvalid, "permuted_tokens_grad_out overlaps unpermuted_tokens_grad",
-       [](GradCall& c) { c.dx = c.grad; }},
+       [](GradCall& c) { c.grad = c.dx; }},  // grad inside dx: dx is the larger one
       {"DxOverIndices", kErrParamInvalid, "permuted_tokens_grad_out overlaps sorted_indices",
        [](GradCall& c) { c.indices = static_cast<float*>(c.dx) + 100; }},
       {"DxOverProbs", kErrParamInvalid, "permuted_tokens_grad_out overlaps probs",
