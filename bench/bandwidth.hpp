@@ -444,6 +444,14 @@ inline int resolve_threads(int threads) {
   return threads > 0 ? threads : mpg::detail::default_num_threads();
 }
 
+// A plan as counters <prefix>streams, <prefix>prefetch and <prefix>interleave (0 or 1).
+inline void add_plan_counters(benchmark::State& state, const Plan& plan,
+                              const std::string& prefix) {
+  state.counters[prefix + "streams"] = plan.streams;
+  state.counters[prefix + "prefetch"] = plan.prefetch ? 1 : 0;
+  state.counters[prefix + "interleave"] = plan.interleave ? 1 : 0;
+}
+
 // The benchmark loop of one op row; `yardstick` is the one add_rows passed to the row's
 // function. `op` runs one call and returns something with ok() and message() (mpg::Status); a
 // failed warm-up call ends the row with an error. kSameRun rows time each call themselves
@@ -500,10 +508,7 @@ void time_op(benchmark::State& state, const ByteModel& bytes, int threads, Op&& 
   if (yardstick == Yardstick::kSameRun && op_seconds > 0.0 && ref_seconds > 0.0) {
     state.counters["ref_GBps"] = calls * total / ref_seconds / 1e9;
     state.counters["efficiency"] = ref_seconds / op_seconds;
-    const Plan plan = reference.calibrate(bytes, ref_threads);
-    state.counters["ref_streams"] = plan.streams;
-    state.counters["ref_prefetch"] = plan.prefetch ? 1 : 0;
-    state.counters["ref_interleave"] = plan.interleave ? 1 : 0;
+    add_plan_counters(state, reference.calibrate(bytes, ref_threads), "ref_");
   }
 }
 

@@ -32,9 +32,7 @@ void BM_Yardstick(benchmark::State& state, mpg::bench::Yardstick yardstick) {
   const int64_t index = state.range(kPlanIndex);
   const mpg::bench::Plan plan = index < 0 ? reference.calibrate(bytes, threads)
                                           : mpg::bench::kPlans[static_cast<size_t>(index)];
-  state.counters["streams"] = plan.streams;
-  state.counters["prefetch"] = plan.prefetch ? 1 : 0;
-  state.counters["interleave"] = plan.interleave ? 1 : 0;
+  mpg::bench::add_plan_counters(state, plan, "");
   reference.reserve(bytes);
   mpg::bench::time_op(
       state, bytes, threads,

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
-#include <utility>
 #include <vector>
 
 #include "mpg/detail/mode.hpp"

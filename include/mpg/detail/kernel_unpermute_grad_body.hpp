@@ -272,6 +272,29 @@ MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, 
   return tree_pair_levels(e, hidden / 8);
 }
 
+// One copy: its dX row and its tree's value, by the fused pass when `fuse` (a kept copy and
+// fusable_tree), else by unpermute_grad_copy and tree_sum.
+template <class T>
+MPG_ALWAYS_INLINE float unpermute_grad_one_copy(const T* x, const float* g32, float p, T* dx,
+                                                float* e, int64_t hidden, bool fuse, bool stream) {
+  if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
+    if (fuse) {
+      return stream ? unpermute_grad_copy_fused<T, true>(x, g32, p, dx, e, hidden)
+                    : unpermute_grad_copy_fused<T, false>(x, g32, p, dx, e, hidden);
+    }
+  }
+  if (x != nullptr && stream) {
+    unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
+  } else if (x != nullptr) {
+    unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden);
+  } else if (stream) {
+    unpermute_grad_copy<T, false, true>(x, g32, p, dx, e, hidden);
+  } else {
+    unpermute_grad_copy<T, false, false>(x, g32, p, dx, e, hidden);
+  }
+  return tree_sum(e, hidden);
+}
+
 // Both outputs for tokens [token_begin, token_end).
 template <class T, class P, class I>
 void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, int64_t token_end) {
@@ -329,27 +352,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       }
       const bool kept = row < a.kept_rows;
       const T* x = kept ? a.tokens + row * a.tokens_stride : nullptr;
-      float tree = 0.0f;
-      bool done = false;
-      if constexpr (kFusedSteps<T>) {
-        if (kept && fused) {
-          tree = a.streaming_stores ? unpermute_grad_copy_fused<T, true>(x, g32, p, dx, e, hidden)
-                                    : unpermute_grad_copy_fused<T, false>(x, g32, p, dx, e, hidden);
-          done = true;
-        }
-      }
-      if (!done) {
-        if (kept && a.streaming_stores) {
-          unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
-        } else if (kept) {
-          unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden);
-        } else if (a.streaming_stores) {
-          unpermute_grad_copy<T, false, true>(x, g32, p, dx, e, hidden);
-        } else {
-          unpermute_grad_copy<T, false, false>(x, g32, p, dx, e, hidden);
-        }
-        tree = tree_sum(e, hidden);
-      }
+      const float tree =
+          unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, kept && fused, a.streaming_stores);
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree);
     }
   }
