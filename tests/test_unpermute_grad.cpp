@@ -513,6 +513,53 @@ INSTANTIATE_TEST_SUITE_P(
              mpg_test::short_name(std::get<3>(info.param));
     });
 
+// The streamed fused pass narrows g * p without the NaN fix-up when g[t] and p are finite:
+// finite products that overflow to inf or round up into it, against NaN and inf in g or p
+// (a NaN p's payload propagates into g * p).
+template <class T>
+void expect_streamed_specials_match(PathCase path) {
+  using L = std::numeric_limits<float>;
+  std::mt19937_64 rng(11);
+  for (const int64_t hidden : {64, 512, 4096}) {
+    for (const int layout : {0, 1}) {
+      SCOPED_TRACE(testing::Message() << "H = " << hidden << ", layout = " << layout);
+      Call<T, float, int32_t> want(7, 2, hidden, true, rng, layout);
+      const float max = static_cast<float>(std::numeric_limits<T>::max());
+      // Halfway between T's max and the next step: rounds to even, which is inf.
+      float round_up = L::max();
+      if constexpr (std::is_same_v<T, bfloat16>) round_up = mpg_test::from_bits<float>(0x7F7F8000u);
+      if constexpr (std::is_same_v<T, half>) round_up = 65520.0f;
+      // g finite, p a NaN whose payload the rounding's carry would turn into -0 and +0.
+      want.probs.at(0, 0) = mpg_test::from_bits<float>(0x7FFFFFFFu);
+      want.probs.at(0, 1) = mpg_test::from_bits<float>(0xFFFFFFFFu);
+      want.probs.at(1, 0) = L::infinity();
+      want.probs.at(1, 1) = -L::infinity();
+      for (int64_t j = 0; j < hidden; j += 3) want.g.at(2, j) = T(j % 2 == 0 ? max : -max);
+      want.probs.at(2, 0) = 2.0f;  // max * 2 overflows to inf
+      want.probs.at(2, 1) = 1.0f;
+      want.g.at(3, hidden / 2) = T(L::infinity());  // p finite, g not
+      want.g.at(4, hidden - 1) = T(L::quiet_NaN());
+      for (int64_t j = 0; j < hidden; ++j) want.g.at(5, j) = T(j % 2 == 0 ? 1.0f : -1.0f);
+      want.probs.at(5, 0) = round_up;
+      ASSERT_TRUE(want.run(mpg_test::path_options(mpg_test::kReferencePath)).ok());
+      Call<T, float, int32_t> got = want;
+      got.dx.buffer().fill_sentinel();
+      got.dp.buffer().fill_sentinel();
+      expect_streamed_kernel_matches(got, want, path);
+    }
+  }
+}
+
+TEST(UnpermuteGradSpecials, StreamedNarrowingOfFiniteAndNonFiniteProducts) {
+  for (const PathCase path : mpg_test::kFastPaths) {
+    if (!mpg_test::path_supported(path)) continue;
+    SCOPED_TRACE(mpg_test::path_name(path));
+    expect_streamed_specials_match<bfloat16>(path);
+    expect_streamed_specials_match<half>(path);
+    expect_streamed_specials_match<float>(path);
+  }
+}
+
 TEST(UnpermuteGradThreads, ResultsDoNotDependOnTheThreadCount) {
   std::mt19937_64 rng(99);
   Call<bfloat16, bfloat16, int32_t> one(64, 4, 1000, true, rng);

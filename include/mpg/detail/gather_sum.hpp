@@ -2,6 +2,7 @@
 #include "mpg/detail/guard.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>

@@ -108,8 +108,8 @@ struct Vec {
   }
 
   // fp32 -> bf16 bits in the low half of each 32-bit lane, round to nearest even with integer
-  // ops (see kernel_avx512.hpp for why not VCVTNEPS2BF16). Right for every value but NaN, which
-  // the carry can turn into an infinity.
+  // ops (see kernel_avx512.hpp for why not VCVTNEPS2BF16). Right for every value but a NaN with
+  // nonzero low 16 bits, which the carry can turn into an infinity or a zero.
   MPG_ALWAYS_INLINE static __m256i round_bf16_epi32(F x) {
     const __m256i bits = _mm256_castps_si256(x);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
@@ -139,10 +139,12 @@ struct Vec {
   // (per 128-bit half: a's four, then b's four) and one 64-bit permute to restore the order,
   // instead of a pack and an extract per vector and an insert; the NaN fix-up only when one
   // compare of a with b finds a NaN in either (5 fewer instructions per 16 values without).
-  template <class T>
+  // kPlainRounding: the caller knows no value is a NaN with low bits (no compare either).
+  template <class T, bool kPlainRounding = false>
   MPG_ALWAYS_INLINE static __m256i narrow16(F a, F b) {
     if constexpr (std::is_same_v<T, bfloat16>) {
-      const bool any_nan = _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
+      const bool any_nan =
+          !kPlainRounding && _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
       const __m256i packed = any_nan
                                  ? _mm256_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
                                  : _mm256_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));
@@ -166,16 +168,18 @@ struct Vec {
     store<T>(buffer, v);
     for (int64_t i = 0; i < n; ++i) p[i] = buffer[i];
   }
-  // One aligned 64-byte line from v[0], v[1] (fp32) or v[0..3] (16-bit), non-temporal.
-  template <class T>
+  // One aligned 64-byte line from v[0], v[1] (fp32) or v[0..3] (16-bit), non-temporal. With
+  // kPlainRounding, no value is a NaN with nonzero low 16 bits: round_bf16_epi32 keeps the others.
+  static constexpr bool kHasPlainRounding = true;
+  template <class T, bool kPlainRounding = false>
   MPG_ALWAYS_INLINE static void stream_line(T* p, const F* v) {
     __m256i* dst = reinterpret_cast<__m256i*>(p);
     if constexpr (std::is_same_v<T, float>) {
       _mm256_stream_si256(dst, _mm256_castps_si256(v[0]));
       _mm256_stream_si256(dst + 1, _mm256_castps_si256(v[1]));
     } else {
-      _mm256_stream_si256(dst, narrow16<T>(v[0], v[1]));
-      _mm256_stream_si256(dst + 1, narrow16<T>(v[2], v[3]));
+      _mm256_stream_si256(dst, narrow16<T, kPlainRounding>(v[0], v[1]));
+      _mm256_stream_si256(dst + 1, narrow16<T, kPlainRounding>(v[2], v[3]));
     }
   }
   MPG_ALWAYS_INLINE static void prefetch(const void* p) {
