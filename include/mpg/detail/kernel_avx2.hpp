@@ -221,5 +221,12 @@ MPG_END_TARGET
 //   repetitions, GB/s 1 | 2 threads, bf16 4096 x 8 x 4096 and fp32 8192 x 2 x 4096:
 //   no prefetch 7.8 | 14.5 and 14.0 | 22.4; 1024: 8.8 | 17.8 and 16.0 | 24.6; 4096: 8.2 | 16.8
 //   and 14.8 | 22.6; in a slower second round 512, 1024 and 2048 were within the noise.
+// - MoeTokenUnpermuteGrad bf16, tried and not kept (2026-12-03, callgrind, 256 x 8 x 4096, one
+//   thread, instructions per column per copy): X, g and dX as even and odd elements (widening
+//   in 2 instructions per 16 values, the first pair level one add, dX put in order by a blend
+//   instead of a pack and a permute): 2.12 against 2.17 (misaligned dX rows) and 2.12 against
+//   2.15 (64-byte aligned ones). The streamed dX lines must widen g again wherever the row's
+//   first line boundary is not at a pair boundary, which eats most of the saving; not worth
+//   a second layout of g.
 
 #endif  // MPG_HAVE_X86_KERNELS
