@@ -3,12 +3,13 @@
 // and target region (see there why), and the set's Kernels row names its entry point.
 // Everything it needs is included by gather_sum.hpp before the region opens.
 //
-// Per token: g widened to fp32 once; per copy one pass that writes the dX row (g * p, narrowed)
-// and the products x * g into an fp32 row in L1; then the reduction tree of docs/contract.md
-// section 10 over that row. When the tree is pair levels only (H = 64, 512 or 4096), its first
-// three levels are added in registers during that pass instead (unpermute_grad_copy_fused).
-// Vec::mul is a rounded product, so nothing can be contracted into an FMA. The folds are
-// element-wise adds (any lane width gives the same bits); the pair stage uses Vec::pair_add.
+// Per token: g widened to fp32 once (fp32 g read in place); per copy one pass that writes the dX
+// row (g * p, narrowed) and the products x * g into an fp32 row in L1; then the reduction tree of
+// docs/contract.md section 10 over that row. When the tree is pair levels only (H = 64, 512 or
+// 4096), its first three levels are added in registers during that pass instead
+// (unpermute_grad_copy_fused). Vec::mul is a rounded product, so nothing can be contracted into an
+// FMA. The folds are element-wise adds (any lane width gives the same bits); the pair stage uses
+// Vec::pair_add.
 
 #ifndef MPG_KERNEL_NAMESPACE
 #error "kernel_unpermute_grad_body.hpp is included by kernel_body.hpp"
@@ -348,23 +349,32 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
     return;
   }
   constexpr int64_t kLanes = Vec::kLanes;
-  std::vector<float> scratch(static_cast<size_t>(hidden + tree_scratch_floats(hidden)));
-  float* g32 = scratch.data();  // g[t] widened once, read by every copy
-  float* e = g32 + hidden;      // one copy's products, then its tree
+  constexpr bool kWiden = !std::is_same_v<T, float>;  // fp32 g is read in place
+  std::vector<float> scratch(
+      static_cast<size_t>(tree_scratch_floats(hidden) + (kWiden ? hidden : 0)));
+  float* e = scratch.data();                         // one copy's products, then its tree
+  float* widened = e + tree_scratch_floats(hidden);  // g[t] widened once, read by every copy
   // The head of a row the in-row prefetch does not reach (none without that prefetch).
   const int64_t head_bytes = std::min(Vec::kCopyPrefetchBytes, hidden * int64_t{sizeof(T)});
   const bool fused = fusable_tree<T>(hidden);
   for (int64_t t = token_begin; t < token_end; ++t) {
     const T* g = a.tokens_grad + t * a.tokens_grad_stride;
-    int64_t h = 0;
-    for (; h + kLanes <= hidden; h += kLanes) {
-      Vec::template store<float>(g32 + h, Vec::template load<T>(g + h));
-    }
-    if constexpr (kLanes > 1) {
-      if (h < hidden) {
-        Vec::template store_partial<float>(
-            g32 + h, Vec::template load_partial<T>(g + h, hidden - h), hidden - h);
+    const float* g32 = nullptr;
+    if constexpr (kWiden) {
+      int64_t h = 0;
+      for (; h + kLanes <= hidden; h += kLanes) {
+        Vec::template store<float>(widened + h, Vec::template load<T>(g + h));
       }
+      if constexpr (kLanes > 1) {
+        if (h < hidden) {
+          Vec::template store_partial<float>(
+              widened + h, Vec::template load_partial<T>(g + h, hidden - h), hidden - h);
+        }
+      }
+      g32 = widened;
+    } else {
+      (void)widened;
+      g32 = g;  // a copy of it cost 19% of the op's instructions at K = 2 (callgrind)
     }
     const I* s = a.indices + t * a.topk;
     for (int64_t k = 0; k < a.topk; ++k) {
