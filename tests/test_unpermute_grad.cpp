@@ -513,7 +513,7 @@ INSTANTIATE_TEST_SUITE_P(
              mpg_test::short_name(std::get<3>(info.param));
     });
 
-// The streamed fused pass narrows g * p without the NaN fix-up when g[t] and p are finite:
+// The streamed fused pass narrows bf16 g * p without the NaN fix-up when p is not NaN:
 // finite products that overflow to inf or round up into it, against NaN and inf in g or p
 // (a NaN p's payload propagates into g * p).
 template <class T>

@@ -296,15 +296,14 @@ MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, 
 }
 
 // One copy: its dX row and its tree's value, by the fused pass when `fuse` (a kept copy and
-// fusable_tree), else by unpermute_grad_copy and tree_sum. `plain_rounding`: no g * p is a NaN
-// with low bits (see stream_line_of).
+// fusable_tree), else by unpermute_grad_copy and tree_sum.
 template <class T>
 MPG_ALWAYS_INLINE float unpermute_grad_one_copy(const T* x, const float* g32, float p, T* dx,
-                                                float* e, int64_t hidden, bool fuse, bool stream,
-                                                bool plain_rounding) {
+                                                float* e, int64_t hidden, bool fuse, bool stream) {
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
-    if constexpr (HasPlainRounding<Vec>::value) {
-      if (fuse && stream && plain_rounding) {
+    if constexpr (std::is_same_v<T, bfloat16> && HasPlainRounding<Vec>::value) {
+      // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN.
+      if (fuse && stream && !std::isnan(p)) {
         return unpermute_grad_copy_fused<T, true, true>(x, g32, p, dx, e, hidden);
       }
     }
@@ -391,10 +390,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       }
       const bool kept = row < a.kept_rows;
       const T* x = kept ? a.tokens + row * a.tokens_stride : nullptr;
-      // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN.
-      const bool plain_rounding = std::is_same_v<T, bfloat16> && !std::isnan(p);
-      const float tree = unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, kept && fused,
-                                                    a.streaming_stores, plain_rounding);
+      const float tree =
+          unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, kept && fused, a.streaming_stores);
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree);
     }
   }
