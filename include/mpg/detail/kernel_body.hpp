@@ -128,9 +128,13 @@ MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n
 
 // The walk: out rows [token_begin, token_end). Per token the plan is gathered once, then the
 // row is produced in blocks of kBlockVectors vectors, then single vectors, then one partial
-// vector. Streaming stores only on rows whose start is line-aligned (so every line of a block
-// is whole), fenced at the end: they are weakly ordered, and the caller or the thread pool's
-// hand-back reads out next.
+// vector. With streaming stores, a row's blocks start at its first line boundary, so that each
+// one is whole lines, streamed; the columns before it are stored plainly like the tail (a
+// misaligned row, e.g. of a std::vector whose data sits 16 bytes past a line, streams all but
+// two lines: measured 5-10% faster than plain stores over the whole row, bf16 4096 x 8 x 4096).
+// Streamed lines are fenced at the end: they are weakly ordered, and the caller or the thread
+// pool's hand-back reads out next. The summation is per column, so where the blocks start
+// changes no bit.
 template <class T, class I, Mode M, Order O, bool kWeighted>
 void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token_end) {
   using F = typename Vec::F;
@@ -140,18 +144,35 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
   constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
   static_assert(kBlockColumns % kLineColumns == 0, "a block is whole cache lines of T");
-  const int64_t block_end = a.hidden - a.hidden % kBlockColumns;
-  const int64_t vector_end = a.hidden - a.hidden % kLanes;
   TokenPlan<T> plan(a.topk);
+  // Columns [h0, end) of the token's row in single vectors, then one partial vector.
+  const auto plain_columns = [&](T* out, int64_t h0, int64_t end) {
+    for (; h0 + kLanes <= end; h0 += kLanes) {
+      F acc[1];
+      sum_block<T, O, 1, false, kWeighted>(plan, h0, 0, acc);
+      Vec::template store<T>(out + h0, acc[0]);
+    }
+    if constexpr (kLanes > 1) {
+      if (h0 < end) {
+        F acc[1];
+        sum_block<T, O, 1, true, kWeighted>(plan, h0, end - h0, acc);
+        Vec::template store_partial<T>(out + h0, acc[0], end - h0);
+      }
+    }
+  };
   for (int64_t t = token_begin; t < token_end; ++t) {
     plan.template gather<M, O, kWeighted>(a, t);
     T* out = a.out + t * a.out_stride;
-    const bool stream = a.streaming_stores && reinterpret_cast<uintptr_t>(out) % kLineBytes == 0;
     int64_t h0 = 0;
-    for (; h0 < block_end; h0 += kBlockColumns) {
+    if (a.streaming_stores) {
+      const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % kLineBytes);
+      h0 = std::min(a.hidden, (kLineBytes - misalignment) % kLineBytes / int64_t{sizeof(T)});
+      plain_columns(out, 0, h0);
+    }
+    for (; h0 + kBlockColumns <= a.hidden; h0 += kBlockColumns) {
       F acc[kBlockVectors];
       sum_block<T, O, kBlockVectors, false, kWeighted>(plan, h0, 0, acc);
-      if (stream) {
+      if (a.streaming_stores) {
         MPG_UNROLL
         for (int v = 0; v < kBlockVectors; v += kVectorsPerLine) {
           Vec::template stream_line<T>(out + h0 + v * kLanes, acc + v);
@@ -162,18 +183,7 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
           Vec::template store<T>(out + h0 + v * kLanes, acc[v]);
       }
     }
-    for (; h0 < vector_end; h0 += kLanes) {
-      F acc[1];
-      sum_block<T, O, 1, false, kWeighted>(plan, h0, 0, acc);
-      Vec::template store<T>(out + h0, acc[0]);
-    }
-    if constexpr (kLanes > 1) {
-      if (h0 < a.hidden) {
-        F acc[1];
-        sum_block<T, O, 1, true, kWeighted>(plan, h0, a.hidden - h0, acc);
-        Vec::template store_partial<T>(out + h0, acc[0], a.hidden - h0);
-      }
-    }
+    plain_columns(out, h0, a.hidden);
   }
   if (a.streaming_stores) Vec::fence();
 }
