@@ -194,6 +194,44 @@ TEST(TwoPhaseApi, EmptyTensorsNeedNoWorkspace) {
   EXPECT_TRUE(out.guards_intact());
 }
 
+// A tensor whose data is not on a multiple of its element size is refused, naming it, before
+// anything is written (C++ needs aligned elements; the streaming stores would fault).
+TEST(TwoPhaseApi, ElementMisalignedDataIsRefused) {
+  alignas(16) uint8_t grad_bytes[4 * sizeof(float) + 1] = {};
+  alignas(16) uint8_t index_bytes[4 * sizeof(int32_t) + 2] = {};
+  std::vector<float> grad = {1, 2, 3, 4};
+  std::vector<int32_t> indices = {1, 0, 3, 2};
+  std::memcpy(grad_bytes + 1, grad.data(), sizeof(float) * grad.size());
+  std::memcpy(index_bytes + 2, indices.data(), sizeof(int32_t) * indices.size());
+  GuardedMatrix<float> out(2, 1);
+  struct Case {
+    void* grad;
+    void* index;
+    void* out;
+    const char* named;
+  };
+  const Case cases[] = {
+      {grad_bytes + 1, indices.data(), out.data(), "permuted_output_grad data address"},
+      {grad.data(), index_bytes + 2, out.data(), "sorted_indices data address"},
+      {grad.data(), indices.data(), reinterpret_cast<uint8_t*>(out.data()) + 2, "out data address"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(run_two_phase({{4, 1}}, DataType::kFloat, c.grad, {{4}}, DataType::kInt32, c.index, 2,
+                            false, {{2, 1}}, c.out),
+              mpg::aclnn::kErrParamInvalid)
+        << c.named;
+    const std::string message = mpg::aclnn::GetLastErrorMessage();
+    EXPECT_NE(message.find(c.named), std::string::npos) << message;
+    EXPECT_NE(message.find("is not a multiple of its element size"), std::string::npos) << message;
+    EXPECT_TRUE(out.payload_untouched());
+  }
+  // The same bytes at aligned addresses are fine.
+  EXPECT_EQ(run_two_phase({{4, 1}}, DataType::kFloat, grad.data(), {{4}}, DataType::kInt32,
+                          indices.data(), 2, false, {{2, 1}}, out.data()),
+            mpg::aclnn::kSuccess)
+      << mpg::aclnn::GetLastErrorMessage();
+}
+
 // A failing phase two still consumes (frees) the executor: a retry is refused.
 TEST(TwoPhaseApi, ExecutorFreedOnFailure) {
   using namespace mpg::aclnn;

@@ -286,6 +286,18 @@ inline std::string dims_string(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
+// A tensor's data must sit on a multiple of its element size, as C++ needs of an element's
+// address (the kernels' streaming stores would fault past a row's head otherwise).
+inline Status element_aligned(const char* name, const Tensor& t) {
+  const int64_t size = size_of(t.dtype());
+  const auto address = reinterpret_cast<uintptr_t>(t.data());
+  if (size > 1 && address % static_cast<uintptr_t>(size) != 0) {
+    return error(ErrorCode::kInvalidArgument, name, " data address ", address,
+                 " is not a multiple of its element size ", size);
+  }
+  return {};
+}
+
 // A 2-D (or, for padded G, 3-D [E, C, H]) tensor as rows x H with a row stride. Columns must be
 // contiguous; [E, C, H] must have C rows evenly spaced across experts to flatten into [E*C, H].
 inline Status as_matrix(const char* name, const Tensor& t, bool allow_3d,
@@ -309,6 +321,7 @@ inline Status as_matrix(const char* name, const Tensor& t, bool allow_3d,
     return error(ErrorCode::kInvalidArgument, name, " stride of the hidden dim = ", s[h],
                  ": must be 1 (rows may be strided, elements within a row may not)");
   }
+  if (Status aligned = element_aligned(name, t); !aligned.ok()) return aligned;
   m->data = t.data();
   m->cols = d[h];
   if (d.size() == 2) {
@@ -358,6 +371,7 @@ inline Status as_vector(const char* name, const Tensor& t, const void** data, in
     return error(ErrorCode::kInvalidArgument, name, " stride = ", t.strides()[0],
                  ": must be 1 (contiguous)");
   }
+  if (Status aligned = element_aligned(name, t); !aligned.ok()) return aligned;
   *data = t.data();
   *size = d[0];
   return {};
@@ -541,6 +555,7 @@ inline Status make_token_permute_problem(const Tensor* tokens, const Tensor* ind
       return error(ErrorCode::kInvalidArgument, "indices strides ", dims_string(st), " for shape ",
                    dims_string(d), ": must be contiguous row-major");
     }
+    if (Status s = element_aligned("indices", *indices); !s.ok()) return s;
     p->expert_ids = indices->data();
     p->topk = d[1];
     if (!mpg::detail::checked_mul(d[0], d[1], &p->num_ids)) {
