@@ -38,10 +38,10 @@ namespace mpg::detail::avx2 {
 struct Vec {
   using F = __m256;
   static constexpr int64_t kLanes = 8;
-  // 4 accumulators (32 columns, one 64-byte line of a 16-bit row) and no software prefetch:
-  // measured, see the notes at the end of this file.
+  // 4 accumulators (32 columns, one 64-byte line of a 16-bit row) and an in-row prefetch 512
+  // bytes ahead: measured, see the notes at the end of this file.
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(4);
-  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(0);
+  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(512);
   // MoeTokenUnpermuteGrad reads one X row at a time, not K at once: there the prefetch pays.
   static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);
 
@@ -206,10 +206,10 @@ MPG_END_TARGET
 //   prefetch 2048, block 8 (the AVX-512 choice)   0.89 .. 1.05
 //   prefetch 0,    block 8                        1.06 .. 1.15
 //   prefetch 2048, block 4                        0.94 .. 1.01
-//   prefetch 0,    block 4 (this set)             1.09 .. 1.25
+//   prefetch 0,    block 4 (kept until below)     1.09 .. 1.25
 // (a first run: prefetch 1024 0.92-1.03, 4096 0.88-1.04, block 16 0.85-1.02). On this CPU the
-// software prefetch only competes with the hardware prefetchers for the same lines, and a block
-// of one line per row keeps each row's access a plain sequential stream. In-cache rows
+// software prefetch seemed only to compete with the hardware prefetchers (but see below), and a
+// block of one line per row keeps each row's access a plain sequential stream. In-cache rows
 // (16 x 8 x 4096 and 1 x 1 x 64) were within the noise between all variants. (Those
 // efficiencies were against the one-stream yardstick of that day, which these kernels beat; the
 // comparison between variants stands.) Measured since, against the plan-choosing yardstick
@@ -217,6 +217,13 @@ MPG_END_TARGET
 // lines a row) and the K rows summed 4 or 2 at a time over 16-block chunks (fewer streams at
 // once, as the yardstick's 4 streams read faster than 8) gave no gain and 15-30% less,
 // respectively; neither was kept.
+// - Since out rows that start off a line stream their whole lines (2026-12-03, kernel_body.hpp's
+//   gather_sum; bench_permute_grad's rows are such, so all of the above timed plain stores),
+//   the prefetch pays (idle, scripts/tune_kernels.sh, 3 rounds x 3 repetitions, efficiency of
+//   the four DRAM rows, 1 thread | 2 threads): prefetch 0 0.79-0.92 | 0.95-1.01; 512
+//   0.90-1.01 | 0.95-1.04; 1024 0.86-0.93 | 0.94-1.01 (in a first 2-round run: 0 0.84-0.90 |
+//   0.95-1.02, 1024 0.88-0.92 | 0.94-0.98, 2048 0.75-0.95 | 0.93-0.97, block 8 0.82-0.89 |
+//   0.94-1.00, 2048 with block 8 0.76-0.83 | 0.85-0.93). In-cache rows were within the noise.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad): bench_token_unpermute_grad, 2 rounds x 3
 //   repetitions, GB/s 1 | 2 threads, bf16 4096 x 8 x 4096 and fp32 8192 x 2 x 4096:
 //   no prefetch 7.8 | 14.5 and 14.0 | 22.4; 1024: 8.8 | 17.8 and 16.0 | 24.6; 4096: 8.2 | 16.8
