@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "mpg/detail/gather_sum.hpp"
+#include "mpg/detail/stream_bytes.hpp"
 #include "mpg/types.hpp"
 
 // The AVX2 + F16C kernel set: only its vector traits live here (8 fp32 lanes in a ymm); the walk
@@ -181,6 +182,9 @@ struct Vec {
       _mm256_stream_si256(dst, narrow16<T, kPlainRounding>(v[0], v[1]));
       _mm256_stream_si256(dst + 1, narrow16<T, kPlainRounding>(v[2], v[3]));
     }
+  }
+  MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {
+    stream_bytes_x86(dst, src, n);
   }
   MPG_ALWAYS_INLINE static void prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);

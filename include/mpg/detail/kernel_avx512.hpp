@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "mpg/detail/gather_sum.hpp"
+#include "mpg/detail/stream_bytes.hpp"
 #include "mpg/types.hpp"
 
 // The AVX-512 (F + BW + VL) kernel set: only its vector traits live here; the walk and the
@@ -146,6 +147,9 @@ struct Vec {
           reinterpret_cast<__m512i*>(p),
           _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<T>(v[0])), narrow16<T>(v[1]), 1));
     }
+  }
+  MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {
+    stream_bytes_x86(dst, src, n);
   }
   MPG_ALWAYS_INLINE static void prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);

@@ -9,7 +9,9 @@
 // Vec provides (F = the fp32 vector type, kLanes lanes, kBlockVectors accumulators per block):
 //   zero(), set1(float), add(F, F), mul(F, F) (rounded product the compiler cannot contract),
 //   load<T>(p), load_partial<T>(p, n), store<T>(p, v), store_partial<T>(p, v, n),
-//   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), prefetch(p), fence(),
+//   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), stream_bytes(dst,
+//   src, n) (n raw bytes, as non-temporal as the ISA allows: a streamed row's partial lines),
+//   prefetch(p), fence(),
 //   kPrefetchBytes, the in-row prefetch distance of the K-row walk, and kCopyPrefetchBytes, that
 //   of MoeTokenUnpermuteGrad, which reads one row at a time;
 //   pair_add(a, b): the sums of adjacent lanes of the 2 * kLanes values a then b, in order,
@@ -217,15 +219,15 @@ void narrow(const float* in, T* out, int64_t n) {
   }
 }
 
-// One row of `bytes` raw bytes, bit for bit whatever the dtype (int8 included). Streamed: plain
-// copies up to the first line-aligned destination byte, whole 64-byte lines with streaming
-// stores (four per iteration), then a plain tail. The lines travel in fp32 vectors only as a
-// carrier: load<float> and stream_line<float> are plain moves in the vector sets (no
-// conversion, no NaN quieting). The portable set always copies with memcpy: it has no streaming
-// store, and its one-float carrier would be a scalar float access to bytes of another type
-// (an aliasing violation, and an x87 load would quiet signaling NaNs).
+// One row of `bytes` raw bytes, bit for bit whatever the dtype (int8 included). Streamed: whole
+// 64-byte lines with streaming stores (four per iteration), the bytes before the first
+// line-aligned destination byte and after the last whole line through Vec::stream_bytes (no read
+// for ownership of their lines where the ISA has word-sized streaming stores). The lines travel
+// in fp32 vectors only as a carrier: load<float> and stream_line<float> are plain moves in the
+// vector sets (no conversion, no NaN quieting). The portable set always copies with memcpy: it
+// has no streaming store, and its one-float carrier would be a scalar float access to bytes of
+// another type (an aliasing violation, and an x87 load would quiet signaling NaNs).
 MPG_ALWAYS_INLINE void copy_row(uint8_t* dst, const uint8_t* src, int64_t bytes, bool stream) {
-  int64_t i = 0;
   if constexpr (Vec::kLanes > 1) {
     using F = typename Vec::F;
     constexpr int kVectorsPerLine =
@@ -233,8 +235,8 @@ MPG_ALWAYS_INLINE void copy_row(uint8_t* dst, const uint8_t* src, int64_t bytes,
     constexpr int64_t kLinesPerStep = 4;
     if (stream) {
       const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % kLineBytes);
-      i = misalignment == 0 ? 0 : std::min(bytes, kLineBytes - misalignment);
-      std::memcpy(dst, src, static_cast<size_t>(i));
+      int64_t i = misalignment == 0 ? 0 : std::min(bytes, kLineBytes - misalignment);
+      Vec::stream_bytes(dst, src, i);
       for (; i + kLinesPerStep * kLineBytes <= bytes; i += kLinesPerStep * kLineBytes) {
         F lines[kLinesPerStep * kVectorsPerLine];
         const auto* from = reinterpret_cast<const float*>(src + i);
@@ -257,11 +259,13 @@ MPG_ALWAYS_INLINE void copy_row(uint8_t* dst, const uint8_t* src, int64_t bytes,
         }
         Vec::template stream_line<float>(reinterpret_cast<float*>(dst + i), line);
       }
+      Vec::stream_bytes(dst + i, src + i, bytes - i);
+      return;
     }
   } else {
     (void)stream;
   }
-  std::memcpy(dst + i, src + i, static_cast<size_t>(bytes - i));
+  std::memcpy(dst, src, static_cast<size_t>(bytes));
 }
 
 // MoeTokenPermute's row copies for token rows [token_begin, token_end): each token row is read

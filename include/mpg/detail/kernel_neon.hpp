@@ -7,6 +7,7 @@
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "mpg/detail/gather_sum.hpp"
@@ -133,6 +134,10 @@ struct Vec {
     constexpr int kVectorsPerLine = static_cast<int>(64 / (kLanes * sizeof(T)));
     MPG_UNROLL
     for (int i = 0; i < kVectorsPerLine; ++i) store<T>(p + i * kLanes, v[i]);
+  }
+  // Ordinary stores, as stream_line's.
+  MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
   }
   MPG_ALWAYS_INLINE static void prefetch(const void* p) {
     __builtin_prefetch(p);

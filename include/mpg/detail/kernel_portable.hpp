@@ -2,6 +2,7 @@
 #include "mpg/detail/guard.hpp"
 
 #include <cstdint>
+#include <cstring>
 
 #include "mpg/detail/cpu.hpp"
 #include "mpg/detail/gather_sum.hpp"
@@ -50,6 +51,9 @@ struct Vec {
   template <class T>
   static void stream_line(T* p, const F* v) {
     for (int64_t i = 0; i < kLineBytes / static_cast<int64_t>(sizeof(T)); ++i) store(p + i, v[i]);
+  }
+  static void stream_bytes(void* dst, const void* src, int64_t n) {
+    std::memcpy(dst, src, static_cast<size_t>(n));
   }
   static void prefetch(const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
