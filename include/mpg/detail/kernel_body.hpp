@@ -31,6 +31,14 @@ namespace mpg::detail::MPG_KERNEL_NAMESPACE {
 
 inline constexpr int64_t kLineBytes = 64;
 
+// How many of the n elements at p lie before p's first 64-byte line boundary (0 when p is on
+// one): a streamed row's head, stored apart from its whole lines.
+template <class T>
+MPG_ALWAYS_INLINE int64_t elements_before_line(const T* p, int64_t n) {
+  const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(p) % kLineBytes);
+  return std::min(n, (kLineBytes - misalignment) % kLineBytes / int64_t{sizeof(T)});
+}
+
 // One term of the sum: kVectors vectors (or, in the tail, one vector of n < kLanes) of a row,
 // widened to fp32 and, when weighted, multiplied by the copy's weight (product rounded to fp32).
 template <class T, bool kPartial, bool kWeighted>
@@ -168,8 +176,7 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
     T* out = a.out + t * a.out_stride;
     int64_t h0 = 0;
     if (a.streaming_stores) {
-      const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) % kLineBytes);
-      h0 = std::min(a.hidden, (kLineBytes - misalignment) % kLineBytes / int64_t{sizeof(T)});
+      h0 = elements_before_line(out, a.hidden);
       plain_columns(out, 0, h0);
     }
     for (; h0 + kBlockColumns <= a.hidden; h0 += kBlockColumns) {
@@ -234,8 +241,7 @@ MPG_ALWAYS_INLINE void copy_row(uint8_t* dst, const uint8_t* src, int64_t bytes,
         static_cast<int>(kLineBytes / static_cast<int64_t>(sizeof(float)) / Vec::kLanes);
     constexpr int64_t kLinesPerStep = 4;
     if (stream) {
-      const auto misalignment = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dst) % kLineBytes);
-      int64_t i = misalignment == 0 ? 0 : std::min(bytes, kLineBytes - misalignment);
+      int64_t i = elements_before_line(dst, bytes);
       Vec::stream_bytes(dst, src, i);
       for (; i + kLinesPerStep * kLineBytes <= bytes; i += kLinesPerStep * kLineBytes) {
         F lines[kLinesPerStep * kVectorsPerLine];

@@ -195,8 +195,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
     plain(0, hidden);
   } else {
     // A misaligned row streams the lines it fully covers.
-    const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dx) % kLineBytes);
-    int64_t h = std::min(hidden, (kLineBytes - misalign) % kLineBytes / int64_t{sizeof(T)});
+    int64_t h = elements_before_line(dx, hidden);
     plain(0, h);
     const int64_t line_end = h + (hidden - h) / kLineColumns * kLineColumns;
     for (; h < line_end; h += kLineColumns) {
@@ -248,8 +247,7 @@ MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, 
   int64_t head = 0;  // dX columns [head, tail) are streamed
   int64_t tail = 0;
   if constexpr (kStream) {
-    const int64_t misalign = static_cast<int64_t>(reinterpret_cast<uintptr_t>(dx) % kLineBytes);
-    head = std::min(hidden, (kLineBytes - misalign) % kLineBytes / int64_t{sizeof(T)});
+    head = elements_before_line(dx, hidden);
     tail = head + (hidden - head) / kLineColumns * kLineColumns;
     store_scaled<T>(dx, g32, pv, 0, head);
   }
