@@ -93,8 +93,6 @@
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define MPG_BENCH_X86 1
 #include <immintrin.h>
-#define MPG_BENCH_TARGET_AVX2 __attribute__((target("avx2")))
-#define MPG_BENCH_TARGET_AVX512 __attribute__((target("avx512f")))
 #else
 #define MPG_BENCH_X86 0
 #endif
@@ -155,7 +153,7 @@ inline int64_t round_up(int64_t n, int64_t to) {
 inline constexpr int64_t kPrefetchBytes = 4096;
 
 template <bool kPrefetch>
-inline void prefetch_step(const unsigned char* p) {
+MPG_ALWAYS_INLINE void prefetch_step(const unsigned char* p) {
   if constexpr (kPrefetch) {
     for (int64_t j = 0; j < kReadStep; j += kLine) __builtin_prefetch(p + kPrefetchBytes + j);
   } else {
@@ -163,95 +161,97 @@ inline void prefetch_step(const unsigned char* p) {
   }
 }
 
+// The line operations of each ISA; yardstick_body.hpp builds the chunk loop from them. The
+// value written is arbitrary (bf16 1.0 pairs).
+namespace portable {
+struct Acc {
+  uint64_t lane[8];
+};
+MPG_ALWAYS_INLINE Acc zero() {
+  return Acc{};
+}
+MPG_ALWAYS_INLINE Acc add_line(Acc a, const unsigned char* p) {
+  for (int k = 0; k < 8; ++k) {
+    uint64_t v;
+    std::memcpy(&v, p + 8 * k, sizeof(v));
+    a.lane[k] += v;
+  }
+  return a;
+}
+MPG_ALWAYS_INLINE uint64_t lanes_sum(const Acc& a) {
+  return std::accumulate(a.lane, a.lane + 8, uint64_t{0});
+}
+MPG_ALWAYS_INLINE void stream_line(unsigned char* p) {
+  std::memset(p, 0x3f, kLine);
+}
+MPG_ALWAYS_INLINE void fence() {}
+}  // namespace portable
+}  // namespace detail
+}  // namespace mpg::bench
+
+#define MPG_BENCH_YARDSTICK_NAMESPACE portable
+#include "yardstick_body.hpp"
+#undef MPG_BENCH_YARDSTICK_NAMESPACE
+
 #if MPG_BENCH_X86
-template <bool kPrefetch>
-MPG_BENCH_TARGET_AVX512 uint64_t read_avx512(const unsigned char* p, int64_t stride, int streams,
-                                             int64_t steps) {
-  // 8 accumulators: 2 loads per cycle, so enough independent adds that the loads never wait.
-  __m512i acc[8];
-  for (__m512i& a : acc) a = _mm512_setzero_si512();
-  for (int64_t i = 0; i < steps * kReadStep; i += kReadStep) {
-    for (int s = 0; s < streams; ++s) {
-      const unsigned char* q = p + s * stride + i;
-      prefetch_step<kPrefetch>(q);
-      acc[0] = _mm512_add_epi64(acc[0], _mm512_load_si512(q));
-      acc[1] = _mm512_add_epi64(acc[1], _mm512_load_si512(q + 64));
-      acc[2] = _mm512_add_epi64(acc[2], _mm512_load_si512(q + 128));
-      acc[3] = _mm512_add_epi64(acc[3], _mm512_load_si512(q + 192));
-      acc[4] = _mm512_add_epi64(acc[4], _mm512_load_si512(q + 256));
-      acc[5] = _mm512_add_epi64(acc[5], _mm512_load_si512(q + 320));
-      acc[6] = _mm512_add_epi64(acc[6], _mm512_load_si512(q + 384));
-      acc[7] = _mm512_add_epi64(acc[7], _mm512_load_si512(q + 448));
-    }
-  }
-  for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_epi64(acc[0], acc[j]);
-  alignas(64) uint64_t lanes[8];  // not _mm512_reduce_add_epi64: g++ 12 warns inside it
-  _mm512_store_si512(lanes, acc[0]);
-  return std::accumulate(lanes, lanes + 8, uint64_t{0});
+MPG_BEGIN_TARGET("avx2")
+namespace mpg::bench::detail::avx2 {
+using Acc = __m256i;
+MPG_ALWAYS_INLINE Acc zero() {
+  return _mm256_setzero_si256();
 }
-
-MPG_BENCH_TARGET_AVX512 inline void write_avx512(unsigned char* p, int64_t n) {
-  const __m512i v = _mm512_set1_epi32(0x3f803f80);
-  for (int64_t i = 0; i < n; i += kLine) _mm512_stream_si512(reinterpret_cast<__m512i*>(p + i), v);
+MPG_ALWAYS_INLINE Acc add_line(Acc a, const unsigned char* p) {
+  const auto* q = reinterpret_cast<const __m256i*>(p);
+  return _mm256_add_epi64(_mm256_add_epi64(a, _mm256_load_si256(q)), _mm256_load_si256(q + 1));
 }
-
-template <bool kPrefetch>
-MPG_BENCH_TARGET_AVX2 uint64_t read_avx2(const unsigned char* p, int64_t stride, int streams,
-                                         int64_t steps) {
-  __m256i acc[8];
-  for (__m256i& a : acc) a = _mm256_setzero_si256();
-  for (int64_t i = 0; i < steps * kReadStep; i += kReadStep) {
-    for (int s = 0; s < streams; ++s) {
-      const unsigned char* step = p + s * stride + i;
-      prefetch_step<kPrefetch>(step);
-      const auto* q = reinterpret_cast<const __m256i*>(step);
-      for (int half = 0; half < 2; ++half, q += 8) {
-        acc[0] = _mm256_add_epi64(acc[0], _mm256_load_si256(q));
-        acc[1] = _mm256_add_epi64(acc[1], _mm256_load_si256(q + 1));
-        acc[2] = _mm256_add_epi64(acc[2], _mm256_load_si256(q + 2));
-        acc[3] = _mm256_add_epi64(acc[3], _mm256_load_si256(q + 3));
-        acc[4] = _mm256_add_epi64(acc[4], _mm256_load_si256(q + 4));
-        acc[5] = _mm256_add_epi64(acc[5], _mm256_load_si256(q + 5));
-        acc[6] = _mm256_add_epi64(acc[6], _mm256_load_si256(q + 6));
-        acc[7] = _mm256_add_epi64(acc[7], _mm256_load_si256(q + 7));
-      }
-    }
-  }
-  for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
+MPG_ALWAYS_INLINE uint64_t lanes_sum(Acc a) {
   alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[0]);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), a);
   return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
-
-MPG_BENCH_TARGET_AVX2 inline void write_avx2(unsigned char* p, int64_t n) {
+MPG_ALWAYS_INLINE void stream_line(unsigned char* p) {
   const __m256i v = _mm256_set1_epi32(0x3f803f80);
-  for (int64_t i = 0; i < n; i += kLine) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i), v);
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i + 32), v);
-  }
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(p + 32), v);
 }
+MPG_ALWAYS_INLINE void fence() {
+  _mm_sfence();
+}
+}  // namespace mpg::bench::detail::avx2
+#define MPG_BENCH_YARDSTICK_NAMESPACE avx2
+#include "yardstick_body.hpp"
+#undef MPG_BENCH_YARDSTICK_NAMESPACE
+MPG_END_TARGET
+
+MPG_BEGIN_TARGET("avx2,avx512f")
+namespace mpg::bench::detail::avx512 {
+using Acc = __m512i;
+MPG_ALWAYS_INLINE Acc zero() {
+  return _mm512_setzero_si512();
+}
+MPG_ALWAYS_INLINE Acc add_line(Acc a, const unsigned char* p) {
+  return _mm512_add_epi64(a, _mm512_load_si512(p));
+}
+MPG_ALWAYS_INLINE uint64_t lanes_sum(Acc a) {
+  alignas(64) uint64_t lanes[8];  // not _mm512_reduce_add_epi64: g++ 12 warns inside it
+  _mm512_store_si512(lanes, a);
+  return std::accumulate(lanes, lanes + 8, uint64_t{0});
+}
+MPG_ALWAYS_INLINE void stream_line(unsigned char* p) {
+  _mm512_stream_si512(reinterpret_cast<__m512i*>(p), _mm512_set1_epi32(0x3f803f80));
+}
+MPG_ALWAYS_INLINE void fence() {
+  _mm_sfence();
+}
+}  // namespace mpg::bench::detail::avx512
+#define MPG_BENCH_YARDSTICK_NAMESPACE avx512
+#include "yardstick_body.hpp"
+#undef MPG_BENCH_YARDSTICK_NAMESPACE
+MPG_END_TARGET
 #endif
 
-template <bool kPrefetch>
-uint64_t read_portable(const unsigned char* p, int64_t stride, int streams, int64_t steps) {
-  uint64_t acc[8] = {};
-  for (int64_t i = 0; i < steps * kReadStep; i += kReadStep) {
-    for (int s = 0; s < streams; ++s) {
-      const unsigned char* q = p + s * stride + i;
-      prefetch_step<kPrefetch>(q);
-      for (int j = 0; j < 64; ++j) {
-        uint64_t v;
-        std::memcpy(&v, q + 8 * j, sizeof(v));
-        acc[j % 8] += v;
-      }
-    }
-  }
-  return std::accumulate(acc, acc + 8, uint64_t{0});
-}
-
-inline void write_portable(unsigned char* p, int64_t n) {
-  std::memset(p, 0x3f, static_cast<size_t>(n));
-}
+namespace mpg::bench {
+namespace detail {
 
 enum class Kernels { kPortable, kAvx2, kAvx512 };
 
@@ -264,65 +264,15 @@ inline Kernels best_kernels() {
   return Kernels::kPortable;
 }
 
-inline uint64_t read_bytes(Kernels k, bool prefetch, const unsigned char* p, int64_t stride,
-                           int streams, int64_t steps) {
-#if MPG_BENCH_X86
-  if (k == Kernels::kAvx512) {
-    return prefetch ? read_avx512<true>(p, stride, streams, steps)
-                    : read_avx512<false>(p, stride, streams, steps);
-  }
-  if (k == Kernels::kAvx2) {
-    return prefetch ? read_avx2<true>(p, stride, streams, steps)
-                    : read_avx2<false>(p, stride, streams, steps);
-  }
-#endif
-  (void)k;
-  return prefetch ? read_portable<true>(p, stride, streams, steps)
-                  : read_portable<false>(p, stride, streams, steps);
-}
-
-inline void write_bytes(Kernels k, unsigned char* p, int64_t n) {
-#if MPG_BENCH_X86
-  if (k == Kernels::kAvx512) return write_avx512(p, n);
-  if (k == Kernels::kAvx2) return write_avx2(p, n);
-#endif
-  (void)k;
-  write_portable(p, n);
-}
-
-// Orders the streaming stores before the chunk counts as done.
-inline void fence_writes(Kernels k) {
-#if MPG_BENCH_X86
-  if (k != Kernels::kPortable) _mm_sfence();
-#endif
-  (void)k;
-}
-
-// One chunk of the yardstick under `plan`: reads n bytes (a multiple of kReadStep) from `in` and
-// writes w bytes (a multiple of kLine) to `out`. The read is cut into plan.streams equal
-// sequential streams read in lockstep, kReadStep bytes of each in turn (one sequential stream
-// keeps too few misses in flight on some cores: on the AMD EPYC of the README, 4-8 streams read
-// 20-45% faster than one), then the few steps left over as one stream.
+// One chunk of the yardstick under `plan`, by the ISA's loop (yardstick_body.hpp).
 inline uint64_t move_chunk(Kernels k, const Plan& plan, const unsigned char* in, int64_t n,
                            unsigned char* out, int64_t w) {
-  const int64_t rounds = n / (plan.streams * kReadStep);
-  const int64_t stride = rounds * kReadStep;
-  const int64_t rounds_per_call = plan.interleave ? 1 : rounds;
-  uint64_t sum = 0;
-  int64_t written = 0;
-  for (int64_t r = 0; r < rounds; r += rounds_per_call) {
-    sum += read_bytes(k, plan.prefetch, in + r * kReadStep, stride, plan.streams, rounds_per_call);
-    if (plan.interleave) {  // the share of the writes that goes with the reads so far
-      const int64_t target = w * (r + 1) / rounds / kLine * kLine;
-      write_bytes(k, out + written, target - written);
-      written = target;
-    }
-  }
-  const int64_t tail = stride * plan.streams;
-  sum += read_bytes(k, plan.prefetch, in + tail, 0, 1, (n - tail) / kReadStep);
-  write_bytes(k, out + written, w - written);
-  fence_writes(k);
-  return sum;
+#if MPG_BENCH_X86
+  if (k == Kernels::kAvx512) return avx512::move_chunk(plan, in, n, out, w);
+  if (k == Kernels::kAvx2) return avx2::move_chunk(plan, in, n, out, w);
+#endif
+  (void)k;
+  return portable::move_chunk(plan, in, n, out, w);
 }
 
 // [begin, end) of chunk i of n over `bytes`, cut at multiples of `unit`.
