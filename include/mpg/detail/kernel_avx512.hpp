@@ -96,27 +96,47 @@ struct Vec {
     }
   }
 
-  // fp32 -> bf16 bits, round to nearest even: add 0x7FFF plus the lowest kept bit, truncate. The
-  // carry turns the largest finite values into inf exactly when RNE overflows. NaN would carry
-  // into the sign or become inf, so it is replaced by the quiet NaN of its sign (Eigen's choice).
-  MPG_ALWAYS_INLINE static __m256i narrow_bf16(F x) {
+  // fp32 -> bf16 bits in the low half of each 32-bit lane, round to nearest even: add 0x7FFF
+  // plus the lowest kept bit, truncate. The carry turns the largest finite values into inf
+  // exactly when RNE overflows. Right for every value but a NaN with nonzero low 16 bits, which
+  // the carry can turn into an infinity or a zero.
+  MPG_ALWAYS_INLINE static __m512i round_bf16_epi32(F x) {
     const __m512i bits = _mm512_castps_si512(x);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    const __m512i rounded = _mm512_srli_epi32(
+    return _mm512_srli_epi32(
         _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-    const __m512i quiet_nan =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x8000)),
-                        _mm512_set1_epi32(0x7FC0));
+  }
+  // The same for every value: NaN -> the quiet NaN of its sign (Eigen's choice).
+  MPG_ALWAYS_INLINE static __m512i narrow_bf16_epi32(F x) {
+    const __m512i quiet_nan = _mm512_ternarylogic_epi32(
+        _mm512_srli_epi32(_mm512_castps_si512(x), 16), _mm512_set1_epi32(0x8000),
+        _mm512_set1_epi32(0x7FC0), 0xEA);  // (a & b) | c
     const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, nan, quiet_nan));
+    return _mm512_mask_mov_epi32(round_bf16_epi32(x), nan, quiet_nan);
   }
   // 16 fp32 lanes narrowed to 16-bit T's bits.
   template <class T>
   MPG_ALWAYS_INLINE static __m256i narrow16(F x) {
     if constexpr (std::is_same_v<T, bfloat16>) {
-      return narrow_bf16(x);
+      return _mm512_cvtepi32_epi16(narrow_bf16_epi32(x));
     } else {
       return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    }
+  }
+  // 32 fp32 lanes, a then b, narrowed to 16-bit T's bits. bf16: both halves rounded in 32-bit
+  // lanes and packed (values <= 0xFFFF: the saturating pack is exact; it interleaves 128-bit
+  // blocks, the permute puts them back), the NaN fix-up only when a lane is a NaN, and with
+  // kPlainRounding (the caller knows no value is a NaN with low bits) no compare either.
+  template <class T, bool kPlainRounding = false>
+  MPG_ALWAYS_INLINE static __m512i narrow32(F a, F b) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      const bool any_nan = !kPlainRounding && _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0;
+      const __m512i packed = any_nan
+                                 ? _mm512_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
+                                 : _mm512_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));
+      return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
+    } else {
+      return _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<T>(a)), narrow16<T>(b), 1);
     }
   }
 
@@ -138,14 +158,14 @@ struct Vec {
     }
   }
   // One aligned 64-byte line from v[0] (fp32) or v[0], v[1] (16-bit), non-temporal.
-  template <class T>
+  // kPlainRounding: no value is a NaN with nonzero low 16 bits (see narrow32).
+  static constexpr bool kHasPlainRounding = true;
+  template <class T, bool kPlainRounding = false>
   MPG_ALWAYS_INLINE static void stream_line(T* p, const F* v) {
     if constexpr (std::is_same_v<T, float>) {
       _mm512_stream_ps(p, v[0]);
     } else {
-      _mm512_stream_si512(
-          reinterpret_cast<__m512i*>(p),
-          _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<T>(v[0])), narrow16<T>(v[1]), 1));
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), narrow32<T, kPlainRounding>(v[0], v[1]));
     }
   }
   MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {
