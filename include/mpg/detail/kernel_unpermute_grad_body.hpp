@@ -226,90 +226,131 @@ MPG_ALWAYS_INLINE void store_scaled(T* dx, const float* g32, typename Vec::F pv,
   }
 }
 
-// A kept copy when fusable_tree<T>(hidden): the same dX row and the same tree as
+// Copies per fused group: as many row streams as the gathers of permute_grad keep at K = 8, and
+// their hidden / 8 level-3 sums each fill e's hidden floats.
+inline constexpr int kFusedGroupCopies = 8;
+
+// A kept copy of a fused group (unpermute_grad_copies_fused): its X row, its weight, its dX row
+// and where its level-3 sums go.
+template <class T>
+struct FusedCopy {
+  const T* x;
+  float p;
+  T* dx;
+  float* e;
+};
+
+// Kept copies when fusable_tree<T>(hidden): the same dX rows and the same trees as
 // unpermute_grad_copy then tree_sum, but the first three pair levels are added in registers as
-// the products come, so only hidden / 8 level-3 sums go to e and the products never make a
-// round trip through L1. With kStream, dX is written as unpermute_grad_copy writes it (plain up
-// to the row's first line boundary, whole lines streamed, a plain tail), its lines computed
-// apart from the products' vectors: g * p needs only g, so a misaligned row costs one more load
-// of g per vector, not a second pass; with kPlainRounding (no g * p is a NaN with low bits) they
-// are narrowed without the NaN fix-up. Returns the tree's value.
+// the products come, so only hidden / 8 level-3 sums per copy go to its e and the products
+// never make a round trip through L1. The copies advance together, one step of 8 * kLanes
+// columns each in turn: one row at a time kept too few misses in flight (the hardware
+// prefetcher restarts on every 4 KiB page of a gathered row, and software prefetches alone are
+// held to the few line-fill buffers). With kStream, each dX row is written as
+// unpermute_grad_copy writes it (plain up to its first line boundary, whole lines streamed, a
+// plain tail), its lines computed apart from the products' vectors: g * p needs only g, so a
+// misaligned row costs one more load of g per vector, not a second pass; with kPlainRounding (no
+// g * p is a NaN with low bits) they are narrowed without the NaN fix-up. Leaves each copy's
+// level-3 sums in its e.
 template <class T, bool kStream, bool kPlainRounding>
-MPG_ALWAYS_INLINE float unpermute_grad_copy_fused(const T* x, const float* g32, float p, T* dx,
-                                                  float* e, int64_t hidden) {
+MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, int count,
+                                                   const float* g32, int64_t hidden) {
   using F = typename Vec::F;
   constexpr int64_t kLanes = Vec::kLanes;
   constexpr int64_t kStep = 8 * kLanes;
   constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
   static_assert(kStep % kLineColumns == 0, "a step is whole lines of dX");
-  const F pv = Vec::set1(p);
-  int64_t head = 0;  // dX columns [head, tail) are streamed
-  int64_t tail = 0;
+  int64_t head[kFusedGroupCopies] = {};  // dX columns [head, tail) of each copy are streamed
+  int64_t tail[kFusedGroupCopies] = {};
   if constexpr (kStream) {
-    head = elements_before_line(dx, hidden);
-    tail = head + (hidden - head) / kLineColumns * kLineColumns;
-    store_scaled<T>(dx, g32, pv, 0, head);
+    for (int i = 0; i < count; ++i) {
+      head[i] = elements_before_line(copies[i].dx, hidden);
+      tail[i] = head[i] + (hidden - head[i]) / kLineColumns * kLineColumns;
+      store_scaled<T>(copies[i].dx, g32, Vec::set1(copies[i].p), 0, head[i]);
+    }
   }
   for (int64_t h = 0; h < hidden; h += kStep) {
-    if constexpr (Vec::kCopyPrefetchBytes > 0) {
-      MPG_UNROLL
-      for (int64_t c = 0; c < kStep; c += kLineColumns) {
-        Vec::prefetch(x + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
-      }
-    }
-    F halves[2];  // in two halves of 4 vectors: fewer registers live at once
-    MPG_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      const int64_t h4 = h + half * 4 * kLanes;
-      F products[4];
-      MPG_UNROLL
-      for (int v = 0; v < 4; ++v) {
-        const F gv = Vec::template load<float>(g32 + h4 + v * kLanes);
-        products[v] = Vec::mul(Vec::template load<T>(x + h4 + v * kLanes), gv);
-        if constexpr (!kStream) Vec::template store<T>(dx + h4 + v * kLanes, Vec::mul(gv, pv));
-      }
-      halves[half] = pair_levels2(products);
-    }
-    Vec::template store<float>(e + h / 8, pair_level3(halves[0], halves[1]));
-    if constexpr (kStream) {
-      // A fixed count, so that the compiler unrolls it in place (with a data-dependent bound
-      // GCC 12 built a 16-way unrolled loop with a jump table per step: by callgrind 3.05
-      // instead of 2.54 instructions per column per copy, bf16 on AVX2).
-      MPG_UNROLL
-      for (int64_t line = 0; line < kStep / kLineColumns; ++line) {
-        const int64_t c = head + h + line * kLineColumns;
-        if (c + kLineColumns > tail) continue;
-        F d[kVectorsPerLine];
+    for (int i = 0; i < count; ++i) {
+      const T* x = copies[i].x;
+      T* dx = copies[i].dx;
+      const F pv = Vec::set1(copies[i].p);
+      if constexpr (Vec::kCopyPrefetchBytes > 0) {
         MPG_UNROLL
-        for (int v = 0; v < kVectorsPerLine; ++v) {
-          d[v] = Vec::mul(Vec::template load<float>(g32 + c + v * kLanes), pv);
+        for (int64_t c = 0; c < kStep; c += kLineColumns) {
+          Vec::prefetch(x + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
         }
-        stream_line_of<T, kPlainRounding>(dx + c, d);
+      }
+      F halves[2];  // in two halves of 4 vectors: fewer registers live at once
+      MPG_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const int64_t h4 = h + half * 4 * kLanes;
+        F products[4];
+        MPG_UNROLL
+        for (int v = 0; v < 4; ++v) {
+          const F gv = Vec::template load<float>(g32 + h4 + v * kLanes);
+          products[v] = Vec::mul(Vec::template load<T>(x + h4 + v * kLanes), gv);
+          if constexpr (!kStream) Vec::template store<T>(dx + h4 + v * kLanes, Vec::mul(gv, pv));
+        }
+        halves[half] = pair_levels2(products);
+      }
+      Vec::template store<float>(copies[i].e + h / 8, pair_level3(halves[0], halves[1]));
+      if constexpr (kStream) {
+        // A fixed count, so that the compiler unrolls it in place (with a data-dependent bound
+        // GCC 12 built a 16-way unrolled loop with a jump table per step: by callgrind 3.05
+        // instead of 2.54 instructions per column per copy, bf16 on AVX2).
+        MPG_UNROLL
+        for (int64_t line = 0; line < kStep / kLineColumns; ++line) {
+          const int64_t c = head[i] + h + line * kLineColumns;
+          if (c + kLineColumns > tail[i]) continue;
+          F d[kVectorsPerLine];
+          MPG_UNROLL
+          for (int v = 0; v < kVectorsPerLine; ++v) {
+            d[v] = Vec::mul(Vec::template load<float>(g32 + c + v * kLanes), pv);
+          }
+          stream_line_of<T, kPlainRounding>(dx + c, d);
+        }
       }
     }
   }
-  if constexpr (kStream) store_scaled<T>(dx, g32, pv, tail, hidden);
-  return tree_pair_levels(e, hidden / 8);
+  if constexpr (kStream) {
+    for (int i = 0; i < count; ++i) {
+      store_scaled<T>(copies[i].dx, g32, Vec::set1(copies[i].p), tail[i], hidden);
+    }
+  }
 }
 
-// One copy: its dX row and its tree's value, by the fused pass when `fuse` (a kept copy and
-// fusable_tree), else by unpermute_grad_copy and tree_sum.
+// The kept copies of a fused group: their dX rows, and their trees' values in tree_values.
 template <class T>
-MPG_ALWAYS_INLINE float unpermute_grad_one_copy(const T* x, const float* g32, float p, T* dx,
-                                                float* e, int64_t hidden, bool fuse, bool stream) {
+MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int count, const float* g32,
+                                            int64_t hidden, bool stream, float* tree_values) {
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
+    bool any_nan_weight = false;
+    for (int i = 0; i < count; ++i) any_nan_weight = any_nan_weight || std::isnan(copies[i].p);
     if constexpr (std::is_same_v<T, bfloat16> && HasPlainRounding<Vec>::value) {
       // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN.
-      if (fuse && stream && !std::isnan(p)) {
-        return unpermute_grad_copy_fused<T, true, true>(x, g32, p, dx, e, hidden);
+      if (stream && !any_nan_weight) {
+        unpermute_grad_copies_fused<T, true, true>(copies, count, g32, hidden);
+      } else if (stream) {
+        unpermute_grad_copies_fused<T, true, false>(copies, count, g32, hidden);
+      } else {
+        unpermute_grad_copies_fused<T, false, false>(copies, count, g32, hidden);
       }
+    } else if (stream) {
+      unpermute_grad_copies_fused<T, true, false>(copies, count, g32, hidden);
+    } else {
+      unpermute_grad_copies_fused<T, false, false>(copies, count, g32, hidden);
     }
-    if (fuse) {
-      return stream ? unpermute_grad_copy_fused<T, true, false>(x, g32, p, dx, e, hidden)
-                    : unpermute_grad_copy_fused<T, false, false>(x, g32, p, dx, e, hidden);
-    }
+    for (int i = 0; i < count; ++i) tree_values[i] = tree_pair_levels(copies[i].e, hidden / 8);
+  } else {
+    (void)copies, (void)count, (void)g32, (void)hidden, (void)stream, (void)tree_values;
   }
+}
+
+// One copy not taken by a fused group: its dX row and its tree's value.
+template <class T>
+MPG_ALWAYS_INLINE float unpermute_grad_one_copy(const T* x, const float* g32, float p, T* dx,
+                                                float* e, int64_t hidden, bool stream) {
   if (x != nullptr && stream) {
     unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
   } else if (x != nullptr) {
@@ -374,7 +415,31 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       g32 = g;  // a copy of it cost 19% of the op's instructions at K = 2 (callgrind)
     }
     const I* s = a.indices + t * a.topk;
-    for (int64_t k = 0; k < a.topk; ++k) {
+    for (int64_t k = 0; k < a.topk;) {
+      if (fused && s[k] < a.kept_rows) {
+        // The kept copies from k on, up to kFusedGroupCopies, advance together; their level-3
+        // sums share e (hidden / 8 floats each).
+        FusedCopy<T> group[kFusedGroupCopies];
+        float tree_values[kFusedGroupCopies];
+        int count = 0;
+        for (; k < a.topk && count < kFusedGroupCopies && s[k] < a.kept_rows; ++k, ++count) {
+          group[count] = {a.tokens + s[k] * a.tokens_stride,
+                          static_cast<float>(a.probs[t * a.probs_stride + k]),
+                          a.permuted_grad + s[k] * a.permuted_grad_stride,
+                          e + count * (hidden / 8)};
+        }
+        // The in-step prefetch covers all but the rows' heads: start those together.
+        for (int i = 0; i < count; ++i) {
+          const char* x = reinterpret_cast<const char*>(group[i].x);
+          for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(x + b);
+        }
+        unpermute_grad_group<T>(group, count, g32, hidden, a.streaming_stores, tree_values);
+        for (int i = 0; i < count; ++i) {
+          a.probs_grad[t * a.probs_grad_stride + k - count + i] =
+              static_cast<P>(0.0f + tree_values[i]);
+        }
+        continue;
+      }
       const int64_t row = s[k];
       const float p = static_cast<float>(a.probs[t * a.probs_stride + k]);
       T* dx = a.permuted_grad + row * a.permuted_grad_stride;
@@ -386,11 +451,10 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
             reinterpret_cast<const char*>(a.tokens + a.indices[next] * a.tokens_stride);
         for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(head + b);
       }
-      const bool kept = row < a.kept_rows;
-      const T* x = kept ? a.tokens + row * a.tokens_stride : nullptr;
-      const float tree =
-          unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, kept && fused, a.streaming_stores);
+      const T* x = row < a.kept_rows ? a.tokens + row * a.tokens_stride : nullptr;
+      const float tree = unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, a.streaming_stores);
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree);
+      ++k;
     }
   }
   if (a.streaming_stores) Vec::fence();  // streamed dX lines are weakly ordered
