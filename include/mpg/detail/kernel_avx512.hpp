@@ -48,7 +48,7 @@ struct Vec {
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
   // 2 KiB ahead, past the row end: measured, see the notes at the end of this file.
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
-  static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;  // not measured apart
+  static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);  // see the notes
 
   MPG_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
   MPG_ALWAYS_INLINE static F set1(float x) { return _mm512_set1_ps(x); }
@@ -194,6 +194,12 @@ MPG_END_TARGET
 //   4096 x 8 x 4096, 1 thread, a blocked gather with this in-row prefetch read at 0.92 of the
 //   sequential read, and letting it run past the row end (into the same expert's next token)
 //   took the full op from 0.63 to 0.78. Not re-measured since: later machines had no AVX-512.
+// - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
+//   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
+//   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
+//   0.70 0.69, 1024 0.67 0.69, 2048 0.65-0.66 0.66-0.70, 4096 0.62 0.67, 8192 0.57 0.58, none
+//   0.45 0.48; fp32 8192 x 2 x 4096 flat from 512 to 2048 (0.90-0.93). The plateau's middle,
+//   as the AVX2 set's.
 // - kBlockVectors = 8: 8 independent sums cover the add latency when rows come from cache.
 // - Streaming stores from kStreamingStoreBytes (detail/fast.hpp, 8 MiB) up: on the AVX2 machine
 //   of kernel_avx2.hpp's notes, never streaming lost up to 0.04 on the DRAM rows (bf16 0.84
