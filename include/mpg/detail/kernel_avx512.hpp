@@ -46,8 +46,8 @@ struct Vec {
   // 8 accumulators (128 columns): two add ports x 4 cycles latency need 8 independent sums when
   // the rows come from cache; that leaves 24 of the 32 zmm registers for loads and conversions.
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
-  // 2 KiB ahead, past the row end: measured, see the notes at the end of this file.
-  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
+  // 1 KiB ahead, past the row end: measured, see the notes at the end of this file.
+  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);
   static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);  // see the notes
 
   MPG_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
@@ -190,10 +190,14 @@ MPG_END_TARGET
 
 // Measurements behind the constants (efficiency = same-run yardstick time / op time, see
 // bench/bandwidth.hpp; variants built and timed side by side by scripts/tune_kernels.sh).
-// - kPrefetchBytes = 2048, past the row end: on the AVX-512 machine (AMD EPYC, 2026-11), bf16
-//   4096 x 8 x 4096, 1 thread, a blocked gather with this in-row prefetch read at 0.92 of the
-//   sequential read, and letting it run past the row end (into the same expert's next token)
-//   took the full op from 0.63 to 0.78. Not re-measured since: later machines had no AVX-512.
+// - kPrefetchBytes = 1024, past the row end. On the AVX-512 machine of 2026-11 (AMD EPYC), bf16
+//   4096 x 8 x 4096, 1 thread, with plain stores, a blocked gather with a 2048-byte in-row
+//   prefetch read at 0.92 of the sequential read, and letting it run past the row end (into the
+//   same expert's next token) took the full op from 0.63 to 0.78; 2048 was kept. On the AVX-512
+//   Xeon of 2026-12-04, with streamed rows, scripts/tune_kernels.sh -march=native, 2 rounds x 3,
+//   efficiency of the four bench_permute_grad DRAM rows, 1 | 2 threads: 2048 0.83-0.92 |
+//   0.86-1.03, 1024 0.84-0.90 | 0.87-0.96, 512 0.83-0.93 | 0.87-0.97; bf16 dropless and padded
+//   0.84-0.85 with 2048 against 0.88 with 1024 or 512 on 1 thread, the others within the noise.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
