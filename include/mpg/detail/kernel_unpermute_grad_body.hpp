@@ -6,10 +6,10 @@
 // Per token: g widened to fp32 once (fp32 g read in place); per copy one pass that writes the dX
 // row (g * p, narrowed) and the products x * g into an fp32 row in L1; then the reduction tree of
 // docs/contract.md section 10 over that row. When the tree is pair levels only (H = 64, 512 or
-// 4096), its first three levels are added in registers during that pass instead
-// (unpermute_grad_copy_fused). Vec::mul is a rounded product, so nothing can be contracted into an
-// FMA. The folds are element-wise adds (any lane width gives the same bits); the pair stage uses
-// Vec::pair_add.
+// 4096), its first three levels are added in registers during that pass instead, and the token's
+// kept copies, up to 8, make their passes together (unpermute_grad_copies_fused). Vec::mul is a
+// rounded product, so nothing can be contracted into an FMA. The folds are element-wise adds (any
+// lane width gives the same bits); the pair stage uses Vec::pair_add.
 
 #ifndef MPG_KERNEL_NAMESPACE
 #error "kernel_unpermute_grad_body.hpp is included by kernel_body.hpp"
@@ -128,7 +128,7 @@ MPG_ALWAYS_INLINE float tree_sum(float* e, int64_t length) {
   return tree_pair_levels(e, shape.pairs);
 }
 
-// Whether a kept copy can take unpermute_grad_copy_fused: the tree is pair levels only
+// Whether a kept copy can take unpermute_grad_copies_fused: the tree is pair levels only
 // (hidden is 64, 512 or 4096: no fold), the first three of them run in one pass of
 // 8 * kLanes columns (tree_pair_levels starts with tree_pairs3), and such a step is whole
 // 64-byte lines of dX.
