@@ -447,13 +447,14 @@ template <class T, class P, class I>
 void sweep(PathCase path) {
   constexpr int64_t kHidden[] = {0,   1,   7,   8,   15,  16,   17,   31,   33,   63,   64,  65,
                                  127, 129, 511, 512, 513, 1023, 1025, 4095, 4096, 4097, 8200};
-  constexpr int64_t kTopK[] = {1, 2, 3, 8};
+  // K = 11: more kept copies than one fused group holds (8), so a second, partial group.
+  constexpr int64_t kTopK[] = {1, 2, 3, 8, 11};
   std::mt19937_64 rng(2026);
   int case_number = 0;
   for (const int64_t hidden : kHidden) {
     for (const int64_t topk : kTopK) {
       const int layout = case_number % 3;
-      const bool with_probs = case_number++ % 5 != 4;
+      const bool with_probs = case_number++ % 6 != 5;  // rotates over kTopK
       const int64_t tokens = std::clamp<int64_t>((int64_t{1} << 14) / (topk * (hidden + 1)), 9, 24);
       Call<T, P, I> want(
           tokens, with_probs ? topk : 1, hidden, with_probs, rng, layout,
