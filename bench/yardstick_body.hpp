@@ -13,11 +13,6 @@
 
 namespace mpg::bench::detail::MPG_BENCH_YARDSTICK_NAMESPACE {
 
-// One chunk: reads n bytes (a multiple of kReadStep) from `in` as `streams` equal sequential
-// streams in lockstep, kReadStep bytes of each in turn (one stream keeps too few misses in
-// flight on some cores: on the AMD EPYC of the README, 4-8 streams read 20-45% faster than
-// one), then the few steps left over as one stream; writes w bytes (a multiple of kLine) to
-// `out` after the reads or, kInterleave, in proportion between read rounds.
 // kReadStep bytes from q, line j into acc[j].
 template <bool kPrefetch>
 MPG_ALWAYS_INLINE void read_step(Acc* acc, const unsigned char* q) {
@@ -26,6 +21,11 @@ MPG_ALWAYS_INLINE void read_step(Acc* acc, const unsigned char* q) {
   for (int j = 0; j < 8; ++j) acc[j] = add_line(acc[j], q + j * kLine);
 }
 
+// One chunk: reads n bytes (a multiple of kReadStep) from `in` as `streams` equal sequential
+// streams in lockstep, kReadStep bytes of each in turn (one stream keeps too few misses in
+// flight on some cores: on an AMD EPYC of earlier runs, 4-8 streams read 20-45% faster than
+// one), then the few steps left over as one stream; writes w bytes (a multiple of kLine) to
+// `out` after the reads or, kInterleave, in proportion between read rounds.
 template <bool kPrefetch, bool kInterleave>
 uint64_t move_lines(const unsigned char* in, int64_t n, int streams, unsigned char* out,
                     int64_t w) {

@@ -325,21 +325,21 @@ template <class T>
 MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int count, const float* g32,
                                             int64_t hidden, bool stream, float* tree_values) {
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
-    bool any_nan_weight = false;
-    for (int i = 0; i < count; ++i) any_nan_weight = any_nan_weight || std::isnan(copies[i].p);
-    if constexpr (std::is_same_v<T, bfloat16> && HasPlainRounding<Vec>::value) {
-      // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN.
-      if (stream && !any_nan_weight) {
-        unpermute_grad_copies_fused<T, true, true>(copies, count, g32, hidden);
-      } else if (stream) {
-        unpermute_grad_copies_fused<T, true, false>(copies, count, g32, hidden);
-      } else {
-        unpermute_grad_copies_fused<T, false, false>(copies, count, g32, hidden);
+    // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN; other
+    // dtypes or sets take kPlainRounding = false in both streamed branches (one instantiation).
+    constexpr bool kMayRoundPlainly = std::is_same_v<T, bfloat16> && HasPlainRounding<Vec>::value;
+    const auto no_nan_weight = [&] {
+      for (int i = 0; i < count; ++i) {
+        if (std::isnan(copies[i].p)) return false;
       }
-    } else if (stream) {
-      unpermute_grad_copies_fused<T, true, false>(copies, count, g32, hidden);
-    } else {
+      return true;
+    };
+    if (!stream) {
       unpermute_grad_copies_fused<T, false, false>(copies, count, g32, hidden);
+    } else if (kMayRoundPlainly && no_nan_weight()) {
+      unpermute_grad_copies_fused<T, true, kMayRoundPlainly>(copies, count, g32, hidden);
+    } else {
+      unpermute_grad_copies_fused<T, true, false>(copies, count, g32, hidden);
     }
     for (int i = 0; i < count; ++i) tree_values[i] = tree_pair_levels(copies[i].e, hidden / 8);
   } else {
@@ -394,6 +394,10 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
   float* widened = e + tree_scratch_floats(hidden);  // g[t] widened once, read by every copy
   // The head of a row the in-row prefetch does not reach (none without that prefetch).
   const int64_t head_bytes = std::min(Vec::kCopyPrefetchBytes, hidden * int64_t{sizeof(T)});
+  const auto prefetch_head = [&](const T* row) {
+    const char* bytes = reinterpret_cast<const char*>(row);
+    for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(bytes + b);
+  };
   const bool fused = fusable_tree<T>(hidden);
   for (int64_t t = token_begin; t < token_end; ++t) {
     const T* g = a.tokens_grad + t * a.tokens_grad_stride;
@@ -429,10 +433,7 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
                           e + count * (hidden / 8)};
         }
         // The in-step prefetch covers all but the rows' heads: start those together.
-        for (int i = 0; i < count; ++i) {
-          const char* x = reinterpret_cast<const char*>(group[i].x);
-          for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(x + b);
-        }
+        for (int i = 0; i < count; ++i) prefetch_head(group[i].x);
         unpermute_grad_group<T>(group, count, g32, hidden, a.streaming_stores, tree_values);
         for (int i = 0; i < count; ++i) {
           a.probs_grad[t * a.probs_grad_stride + k - count + i] =
@@ -447,9 +448,7 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       // ahead of this copy's pass and tree.
       const int64_t next = t * a.topk + k + 1;
       if (next < token_end * a.topk && a.indices[next] < a.kept_rows) {
-        const char* head =
-            reinterpret_cast<const char*>(a.tokens + a.indices[next] * a.tokens_stride);
-        for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(head + b);
+        prefetch_head(a.tokens + a.indices[next] * a.tokens_stride);
       }
       const T* x = row < a.kept_rows ? a.tokens + row * a.tokens_stride : nullptr;
       const float tree = unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, a.streaming_stores);
