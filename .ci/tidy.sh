@@ -2,7 +2,7 @@
 # CI: clang-tidy over mpg's headers with the committed .clang-tidy (warnings are errors). The
 # headers are checked through one translation unit that includes every public header, with the
 # same include paths as the library's consumers (and the host shim's root, include/mpg/acl_host,
-# as mpg::acl_host's consumers have it).
+# as mpg::acl_host's consumers have it), once for the host and once for AArch64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tidy="${CLANG_TIDY:-$(command -v clang-tidy || command -v clang-tidy-14)}"
@@ -16,7 +16,15 @@ tu="$dir/all_headers.cpp"
 } >"$tu"
 eigen="$(pkg-config --cflags-only-I eigen3 2>/dev/null | sed 's/^-I//; s/ *$//')"
 eigen="${eigen:-/usr/include/eigen3}"
+flags=(-std=c++17 -Iinclude -Iinclude/mpg/acl_host -isystem "$eigen" -pthread)
 start=$(date +%s)
+"$tidy" --quiet --warnings-as-errors='*' --header-filter='include/mpg/.*' "$tu" -- "${flags[@]}"
+# Again for AArch64: the NEON kernel set (kernel_neon.hpp) is compiled only there. clang parses
+# it against the cross compiler's C++ library, the one .ci/arm64.sh builds the tests with.
+bash scripts/install_deps.sh g++-aarch64-linux-gnu
+root=/usr/aarch64-linux-gnu
+cxx="$root/include/c++/$(aarch64-linux-gnu-g++ -dumpversion)"
 "$tidy" --quiet --warnings-as-errors='*' --header-filter='include/mpg/.*' "$tu" -- \
-  -std=c++17 -Iinclude -Iinclude/mpg/acl_host -isystem "$eigen" -pthread
-echo "tidy: clean ($(ls include/mpg/*.hpp include/mpg/detail/*.hpp include/mpg/acl_host/*/*.h | wc -l) headers, $(( $(date +%s) - start ))s)"
+  --target=aarch64-linux-gnu --sysroot="$root" -isystem "$cxx" -isystem "$cxx/aarch64-linux-gnu" \
+  -isystem "$root/include" "${flags[@]}"
+echo "tidy: clean, x86-64 and AArch64 ($(ls include/mpg/*.hpp include/mpg/detail/*.hpp include/mpg/acl_host/*/*.h | wc -l) headers, $(( $(date +%s) - start ))s)"
