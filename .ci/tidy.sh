@@ -16,15 +16,18 @@ tu="$dir/all_headers.cpp"
 } >"$tu"
 eigen="$(pkg-config --cflags-only-I eigen3 2>/dev/null | sed 's/^-I//; s/ *$//')"
 eigen="${eigen:-/usr/include/eigen3}"
-flags=(-std=c++17 -Iinclude -Iinclude/mpg/acl_host -isystem "$eigen" -pthread)
+# run_tidy <extra compiler flags...>: one pass over every header.
+run_tidy() {
+  "$tidy" --quiet --warnings-as-errors='*' --header-filter='include/mpg/.*' "$tu" -- \
+    -std=c++17 -Iinclude -Iinclude/mpg/acl_host -isystem "$eigen" -pthread "$@"
+}
 start=$(date +%s)
-"$tidy" --quiet --warnings-as-errors='*' --header-filter='include/mpg/.*' "$tu" -- "${flags[@]}"
+run_tidy
 # Again for AArch64: the NEON kernel set (kernel_neon.hpp) is compiled only there. clang parses
 # it against the cross compiler's C++ library, the one .ci/arm64.sh builds the tests with.
 bash scripts/install_deps.sh g++-aarch64-linux-gnu
 root=/usr/aarch64-linux-gnu
 cxx="$root/include/c++/$(aarch64-linux-gnu-g++ -dumpversion)"
-"$tidy" --quiet --warnings-as-errors='*' --header-filter='include/mpg/.*' "$tu" -- \
-  --target=aarch64-linux-gnu --sysroot="$root" -isystem "$cxx" -isystem "$cxx/aarch64-linux-gnu" \
-  -isystem "$root/include" "${flags[@]}"
+run_tidy --target=aarch64-linux-gnu --sysroot="$root" -isystem "$cxx" -isystem "$cxx/aarch64-linux-gnu" \
+  -isystem "$root/include"
 echo "tidy: clean, x86-64 and AArch64 ($(ls include/mpg/*.hpp include/mpg/detail/*.hpp include/mpg/acl_host/*/*.h | wc -l) headers, $(( $(date +%s) - start ))s)"
