@@ -58,10 +58,10 @@ struct Case {
 template <class T, class I>
 struct Fixture {
   std::vector<I> indices;
-  std::vector<T> grad;  // G: [grad_rows, H]
+  mpg::bench::Rows<T> grad;  // G: [grad_rows, H]
   int64_t grad_rows = 0;
-  std::vector<T> out;
-  std::vector<T> expected;  // the reference path's output
+  mpg::bench::Rows<T> out;
+  mpg::bench::Rows<T> expected;  // the reference path's output
   mpg::bench::ByteModel bytes;
   std::string error;  // non-empty if the inputs could not be built
 };
@@ -84,7 +84,7 @@ void build(const Case& c, Fixture<T, I>& f) {
     return;
   }
   {
-    std::vector<T> tokens(static_cast<size_t>(c.tokens * c.hidden));
+    mpg::bench::Rows<T> tokens(static_cast<size_t>(c.tokens * c.hidden));
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     for (T& x : tokens) x = T(value(rng));
     f.grad.assign(static_cast<size_t>(f.grad_rows * c.hidden), T(0.0f));

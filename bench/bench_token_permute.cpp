@@ -48,12 +48,12 @@ struct Case {
 
 template <class T, class E>
 struct Fixture {
-  std::vector<T> tokens;  // [N, H]
+  mpg::bench::Rows<T> tokens;  // [N, H]
   std::vector<E> expert_ids;
   int64_t rows = 0;  // n
-  std::vector<T> permuted;
+  mpg::bench::Rows<T> permuted;
   std::vector<int32_t> sorted;
-  std::vector<T> expected;  // the reference path's outputs
+  mpg::bench::Rows<T> expected;  // the reference path's outputs
   std::vector<int32_t> expected_sorted;
   mpg::bench::ByteModel bytes;
   std::string error;

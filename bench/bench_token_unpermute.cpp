@@ -45,11 +45,11 @@ struct Case {
 template <class T, class I, class P>
 struct Fixture {
   std::vector<I> indices;
-  std::vector<T> permuted;  // X: [rows, H]
+  mpg::bench::Rows<T> permuted;  // X: [rows, H]
   int64_t rows = 0;
   std::vector<P> probs;  // [N, K]
-  std::vector<T> out;
-  std::vector<T> expected;  // the reference path's output
+  mpg::bench::Rows<T> out;
+  mpg::bench::Rows<T> expected;  // the reference path's output
   mpg::bench::ByteModel bytes;
   std::string error;
 };
@@ -66,7 +66,7 @@ void build(const Case& c, Fixture<T, I, P>& f) {
     return;
   }
   {
-    std::vector<T> tokens(static_cast<size_t>(c.tokens * c.hidden));
+    mpg::bench::Rows<T> tokens(static_cast<size_t>(c.tokens * c.hidden));
     std::uniform_real_distribution<float> value(-1.0f, 1.0f);
     for (T& x : tokens) x = T(value(rng));
     f.permuted.assign(static_cast<size_t>(f.rows * c.hidden), T(0.0f));

@@ -29,10 +29,10 @@ template <class T, class P>
 struct Fixture {
   std::vector<int32_t> indices;
   int64_t kept_rows = 0;
-  std::vector<T> tokens;  // X [R, H]
-  std::vector<T> grad;    // g [N, H]
-  std::vector<P> probs;   // [N, K]
-  std::vector<T> dx;
+  mpg::bench::Rows<T> tokens;  // X [R, H]
+  mpg::bench::Rows<T> grad;    // g [N, H]
+  std::vector<P> probs;        // [N, K]
+  mpg::bench::Rows<T> dx;
   std::vector<P> dp;
   std::string error;  // non-empty when the fast path disagreed with the reference
 };
@@ -63,11 +63,11 @@ void BM_TokenUnpermuteGrad(benchmark::State& state, mpg::bench::Yardstick yardst
     for (P& x : f.probs) x = P(value(rng));
     f.dx.assign(static_cast<size_t>(n * k * h), T(0.0f));
     f.dp.assign(static_cast<size_t>(n * k), P(0.0f));
-    std::vector<T> want_dx(f.dx.size());
+    mpg::bench::Rows<T> want_dx(f.dx.size());
     std::vector<P> want_dp(f.dp.size());
     mpg::Options reference;
     reference.path = mpg::Path::kReference;
-    const auto run = [&](std::vector<T>& dx, std::vector<P>& dp, const mpg::Options& o) {
+    const auto run = [&](mpg::bench::Rows<T>& dx, std::vector<P>& dp, const mpg::Options& o) {
       return mpg::unpermute_grad(
           mpg::MatrixView(f.tokens.data(), f.kept_rows, h), mpg::MatrixView(f.grad.data(), n, h),
           f.indices, mpg::MatrixView(f.probs.data(), n, k), mpg::MatrixView(dx.data(), n * k, h),

@@ -252,15 +252,42 @@ struct FusedCopy {
 // misaligned row costs one more load of g per vector, not a second pass; with kPlainRounding (no
 // g * p is a NaN with low bits) they are narrowed without the NaN fix-up. Leaves each copy's
 // level-3 sums in its e.
+//
+// g[t] as fp32 is g32. A g in T that still needs widening comes as widen.from, and the pass
+// widens it into widen.to (= g32) one step ahead of the step that reads it (a streamed line
+// reaches up to a line past its step), its prefetch as far ahead as X's: widened all at once
+// before the pass, its row read cold from DRAM with no X load in flight, it took 12% of the bf16
+// op's time (rdtsc around the phases, 4096 x 8 x 4096, 1 thread).
+template <class T>
+struct WidenAhead {
+  const T* from = nullptr;  // null: g32 is ready
+  float* to = nullptr;
+};
+
 template <class T, bool kStream, bool kPlainRounding>
 MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, int count,
-                                                   const float* g32, int64_t hidden) {
+                                                   const float* g32, WidenAhead<T> widen,
+                                                   int64_t hidden) {
   using F = typename Vec::F;
   constexpr int64_t kLanes = Vec::kLanes;
   constexpr int64_t kStep = 8 * kLanes;
   constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
   static_assert(kStep % kLineColumns == 0, "a step is whole lines of dX");
+  const auto widen_step = [widen](int64_t h) {
+    if constexpr (Vec::kCopyPrefetchBytes > 0) {
+      MPG_UNROLL
+      for (int64_t c = 0; c < kStep; c += kLineColumns) {
+        Vec::prefetch(widen.from + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
+      }
+    }
+    MPG_UNROLL
+    for (int v = 0; v < 8; ++v) {
+      Vec::template store<float>(widen.to + h + v * kLanes,
+                                 Vec::template load<T>(widen.from + h + v * kLanes));
+    }
+  };
+  if (widen.from != nullptr) widen_step(0);
   int64_t head[kFusedGroupCopies] = {};  // dX columns [head, tail) of each copy are streamed
   int64_t tail[kFusedGroupCopies] = {};
   if constexpr (kStream) {
@@ -271,6 +298,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
     }
   }
   for (int64_t h = 0; h < hidden; h += kStep) {
+    if (widen.from != nullptr && h + kStep < hidden) widen_step(h + kStep);
     for (int i = 0; i < count; ++i) {
       const T* x = copies[i].x;
       T* dx = copies[i].dx;
@@ -323,7 +351,8 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
 // The kept copies of a fused group: their dX rows, and their trees' values in tree_values.
 template <class T>
 MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int count, const float* g32,
-                                            int64_t hidden, bool stream, float* tree_values) {
+                                            WidenAhead<T> widen, int64_t hidden, bool stream,
+                                            float* tree_values) {
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
     // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN; other
     // dtypes or sets take kPlainRounding = false in both streamed branches (one instantiation).
@@ -335,15 +364,16 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
       return true;
     };
     if (!stream) {
-      unpermute_grad_copies_fused<T, false, false>(copies, count, g32, hidden);
+      unpermute_grad_copies_fused<T, false, false>(copies, count, g32, widen, hidden);
     } else if (kMayRoundPlainly && no_nan_weight()) {
-      unpermute_grad_copies_fused<T, true, kMayRoundPlainly>(copies, count, g32, hidden);
+      unpermute_grad_copies_fused<T, true, kMayRoundPlainly>(copies, count, g32, widen, hidden);
     } else {
-      unpermute_grad_copies_fused<T, true, false>(copies, count, g32, hidden);
+      unpermute_grad_copies_fused<T, true, false>(copies, count, g32, widen, hidden);
     }
     for (int i = 0; i < count; ++i) tree_values[i] = tree_pair_levels(copies[i].e, hidden / 8);
   } else {
-    (void)copies, (void)count, (void)g32, (void)hidden, (void)stream, (void)tree_values;
+    (void)copies, (void)count, (void)g32, (void)widen, (void)hidden, (void)stream,
+        (void)tree_values;
   }
 }
 
@@ -402,7 +432,16 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
   for (int64_t t = token_begin; t < token_end; ++t) {
     const T* g = a.tokens_grad + t * a.tokens_grad_stride;
     const float* g32 = nullptr;
+    WidenAhead<T> widen;  // g[t] not widened yet: the first fused group widens it as it goes
     if constexpr (kWiden) {
+      g32 = widened;
+      widen = {g, widened};
+    } else {
+      (void)widened;
+      g32 = g;  // a copy of it cost 19% of the op's instructions at K = 2 (callgrind)
+    }
+    const auto widen_all = [&] {
+      if (widen.from == nullptr) return;
       int64_t h = 0;
       for (; h + kLanes <= hidden; h += kLanes) {
         Vec::template store<float>(widened + h, Vec::template load<T>(g + h));
@@ -413,11 +452,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
               widened + h, Vec::template load_partial<T>(g + h, hidden - h), hidden - h);
         }
       }
-      g32 = widened;
-    } else {
-      (void)widened;
-      g32 = g;  // a copy of it cost 19% of the op's instructions at K = 2 (callgrind)
-    }
+      widen = {};
+    };
     const I* s = a.indices + t * a.topk;
     for (int64_t k = 0; k < a.topk;) {
       if (fused && s[k] < a.kept_rows) {
@@ -434,7 +470,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
         }
         // The in-step prefetch covers all but the rows' heads: start those together.
         for (int i = 0; i < count; ++i) prefetch_head(group[i].x);
-        unpermute_grad_group<T>(group, count, g32, hidden, a.streaming_stores, tree_values);
+        unpermute_grad_group<T>(group, count, g32, widen, hidden, a.streaming_stores, tree_values);
+        widen = {};
         for (int i = 0; i < count; ++i) {
           a.probs_grad[t * a.probs_grad_stride + k - count + i] =
               static_cast<P>(0.0f + tree_values[i]);
@@ -451,6 +488,7 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
         prefetch_head(a.tokens + a.indices[next] * a.tokens_stride);
       }
       const T* x = row < a.kept_rows ? a.tokens + row * a.tokens_stride : nullptr;
+      widen_all();
       const float tree = unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, a.streaming_stores);
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree);
       ++k;
