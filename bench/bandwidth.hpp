@@ -26,9 +26,9 @@
 //   void BM_MyOp(benchmark::State& state, mpg::bench::Yardstick yardstick) {  // per op and dtype
 //     const int threads = static_cast<int>(state.range(kThreadsArg));
 //     MyFixture& f = mpg::bench::cached_fixture<MyFixture>(key, [&](MyFixture& f) { ... });
-//     // build inputs (row buffers as mpg::bench::Rows<T>), run the reference path, run the fast
-//     path once and memcmp: on a
-//     // mismatch state.SkipWithError(...) and return (never time a wrong answer).
+//     // build inputs (row buffers as mpg::bench::Rows<T>), run the reference path, run the
+//     // fast path once and memcmp: on a mismatch state.SkipWithError(...) and return (never
+//     // time a wrong answer).
 //     mpg::bench::ByteModel bytes;
 //     bytes.read = kept_rows * H * sizeof(T) + indices_bytes;  // what the op must read
 //     bytes.write = N * H * sizeof(T);                          // what it must write
@@ -509,7 +509,7 @@ inline FixtureSlot& fixture_slot() {
 // Row buffers start on a 64-byte line, as tensors from PyTorch's CPU allocator or aclrtMalloc do.
 // std::vector's do not: glibc puts a large block 16 bytes past a page, so every streamed row would
 // start and end with a partial line written by plain stores (bf16 MoeTokenUnpermuteGrad 4096 x 8
-// x 4096, 1 thread: 0.71 against 0.78 line-aligned, 2026-12-05).
+// x 4096, 1 and 2 threads: 0.70-0.72 against 0.75-0.78 line-aligned, 2026-12-05).
 template <class T>
 struct LineAlignedAllocator {
   using value_type = T;
@@ -517,8 +517,10 @@ struct LineAlignedAllocator {
   template <class U>
   explicit LineAlignedAllocator(const LineAlignedAllocator<U>& /*other*/) {}
   T* allocate(size_t n) {
-    const size_t bytes = (n * sizeof(T) + 63) / 64 * 64;  // aligned_alloc wants a multiple
-    void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+    // aligned_alloc wants a non-zero multiple of the alignment
+    const int64_t bytes = std::max(
+        detail::kLine, detail::round_up(static_cast<int64_t>(n * sizeof(T)), detail::kLine));
+    void* p = std::aligned_alloc(static_cast<size_t>(detail::kLine), static_cast<size_t>(bytes));
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }

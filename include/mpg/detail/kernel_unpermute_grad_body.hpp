@@ -240,6 +240,21 @@ struct FusedCopy {
   float* e;
 };
 
+// g[t] as fp32 is g32. A g in T that still needs widening comes as widen.from, and the fused
+// pass (below) widens it into widen.to (= g32) one step ahead of the step that reads it (a
+// streamed line reaches up to a line past its step), its prefetch as far ahead as X's. Widened
+// all at once before the pass, its row read cold from DRAM with no X load in flight, it took 12%
+// of the bf16 op's time (rdtsc around the phases, 4096 x 8 x 4096, 1 thread).
+template <class T>
+struct WidenAhead {
+  const T* from = nullptr;  // null: g32 is ready
+  float* to = nullptr;
+};
+
+// Whether 4 vectors of T (half a step of the fused pass) are whole 64-byte lines.
+template <class T>
+inline constexpr bool kHalfStepIsLines = (4 * Vec::kLanes * int64_t{sizeof(T)}) % kLineBytes == 0;
+
 // Kept copies when fusable_tree<T>(hidden): the same dX rows and the same trees as
 // unpermute_grad_copy then tree_sum, but the first three pair levels are added in registers as
 // the products come, so only hidden / 8 level-3 sums per copy go to its e and the products
@@ -255,21 +270,6 @@ struct FusedCopy {
 // (4096 x 8 x 4096, 1 and 2 threads, 2 rounds x 3, 2026-12-05). With kPlainRounding (no g * p is
 // a NaN with low bits) they are narrowed without the NaN fix-up. Leaves each copy's level-3
 // sums in its e.
-//
-// g[t] as fp32 is g32. A g in T that still needs widening comes as widen.from, and the pass
-// widens it into widen.to (= g32) one step ahead of the step that reads it (a streamed line
-// reaches up to a line past its step), its prefetch as far ahead as X's: widened all at once
-// before the pass, its row read cold from DRAM with no X load in flight, it took 12% of the bf16
-// op's time (rdtsc around the phases, 4096 x 8 x 4096, 1 thread).
-template <class T>
-struct WidenAhead {
-  const T* from = nullptr;  // null: g32 is ready
-  float* to = nullptr;
-};
-
-template <class T>
-inline constexpr bool kHalfStepIsLines = (4 * Vec::kLanes * int64_t{sizeof(T)}) % kLineBytes == 0;
-
 template <class T, bool kStream, bool kPlainRounding, bool kLineAligned>
 MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, int count,
                                                    const float* g32, WidenAhead<T> widen,
@@ -384,22 +384,23 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
       }
       return true;
     };
-    const bool plainly = stream && kMayRoundPlainly && no_nan_weight();
+    const auto streamed = [&](auto line_aligned_tag) {
+      constexpr bool kLineAligned = decltype(line_aligned_tag)::value;
+      if (kMayRoundPlainly && no_nan_weight()) {
+        unpermute_grad_copies_fused<T, true, kMayRoundPlainly, kLineAligned>(copies, count, g32,
+                                                                             widen, hidden);
+      } else {
+        unpermute_grad_copies_fused<T, true, false, kLineAligned>(copies, count, g32, widen,
+                                                                  hidden);
+      }
+    };
     if (!stream) {
       unpermute_grad_copies_fused<T, false, false, false>(copies, count, g32, widen, hidden);
     } else if (kHalfStepIsLines<T> && line_aligned()) {
-      if (plainly) {
-        unpermute_grad_copies_fused<T, true, kMayRoundPlainly, kHalfStepIsLines<T>>(
-            copies, count, g32, widen, hidden);
-      } else {
-        unpermute_grad_copies_fused<T, true, false, kHalfStepIsLines<T>>(copies, count, g32, widen,
-                                                                         hidden);
-      }
-    } else if (plainly) {
-      unpermute_grad_copies_fused<T, true, kMayRoundPlainly, false>(copies, count, g32, widen,
-                                                                    hidden);
+      // true wherever this runs; where kHalfStepIsLines<T> is false, no aligned pass is compiled
+      streamed(std::bool_constant<kHalfStepIsLines<T>>{});
     } else {
-      unpermute_grad_copies_fused<T, true, false, false>(copies, count, g32, widen, hidden);
+      streamed(std::false_type{});
     }
     for (int i = 0; i < count; ++i) tree_values[i] = tree_pair_levels(copies[i].e, hidden / 8);
   } else {
@@ -468,7 +469,6 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       g32 = widened;
       widen = {g, widened};
     } else {
-      (void)widened;
       g32 = g;  // a copy of it cost 19% of the op's instructions at K = 2 (callgrind)
     }
     const auto widen_all = [&] {
