@@ -641,7 +641,7 @@ TEST(KernelTable, BestFirstEndingWithPortable) {
   ASSERT_FALSE(isas.empty());
   EXPECT_EQ(isas.back(), Isa::kPortable);
 #if MPG_HAVE_X86_KERNELS
-  EXPECT_EQ(isas, (std::vector<Isa>{Isa::kAvx512, Isa::kAvx2, Isa::kPortable}));
+  EXPECT_EQ(isas, (std::vector<Isa>{Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2, Isa::kPortable}));
 #elif MPG_HAVE_NEON_KERNELS
   EXPECT_EQ(isas, (std::vector<Isa>{Isa::kNeon, Isa::kPortable}));
 #else
@@ -671,6 +671,24 @@ TEST(KernelTable, MaskParsesIsaNames) {
   EXPECT_EQ(isa_mask_from_names("avx2,avx512"), isa_bit(Isa::kAvx2) | isa_bit(Isa::kAvx512));
   EXPECT_EQ(isa_mask_from_names("avx,avx5120,,avx2"), isa_bit(Isa::kAvx2));  // whole names only
   EXPECT_EQ(isa_mask_from_names("neon,avx512"), isa_bit(Isa::kNeon) | isa_bit(Isa::kAvx512));
+  EXPECT_EQ(isa_mask_from_names("avx512_bf16"), isa_bit(Isa::kAvx512Bf16));
+}
+
+// The AVX512_BF16 set builds on the AVX-512 one: masking avx512 masks both, masking avx512_bf16
+// alone leaves avx512.
+TEST(KernelTable, MaskingAvx512MasksAvx512Bf16) {
+  using mpg::detail::isa_bit;
+  using mpg::detail::isa_disabled;
+  {
+    const mpg_test::ScopedDisabledIsas masked(isa_bit(Isa::kAvx512));
+    EXPECT_TRUE(isa_disabled(Isa::kAvx512Bf16));
+    EXPECT_FALSE(isa_disabled(Isa::kAvx2));
+  }
+  {
+    const mpg_test::ScopedDisabledIsas masked(isa_bit(Isa::kAvx512Bf16));
+    EXPECT_TRUE(isa_disabled(Isa::kAvx512Bf16));
+    EXPECT_FALSE(isa_disabled(Isa::kAvx512));
+  }
 }
 
 // Masking each supported row in turn moves the run-time choice to the next supported row, and

@@ -322,8 +322,8 @@ inline constexpr PathCase kReferencePath{mpg::Path::kReference, mpg::Isa::kAuto}
 inline constexpr PathCase kFastPaths[] = {
     {mpg::Path::kFast, mpg::Isa::kPortable},
 #if MPG_HAVE_X86_KERNELS
-    {mpg::Path::kFast, mpg::Isa::kAvx2},
-    {mpg::Path::kFast, mpg::Isa::kAvx512},
+    {mpg::Path::kFast, mpg::Isa::kAvx2},       {mpg::Path::kFast, mpg::Isa::kAvx512},
+    {mpg::Path::kFast, mpg::Isa::kAvx512Bf16},
 #endif
 #if MPG_HAVE_NEON_KERNELS
     {mpg::Path::kFast, mpg::Isa::kNeon},

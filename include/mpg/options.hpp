@@ -16,8 +16,10 @@ enum class Path : int32_t {
 };
 
 // Which SIMD kernels the fast path uses. kAuto picks the best the CPU supports; forcing one the
-// CPU lacks is an error (ErrorCode::kUnsupportedIsa), never a silent fallback.
-enum class Isa : int32_t { kAuto, kPortable, kAvx2, kAvx512, kNeon };
+// CPU lacks is an error (ErrorCode::kUnsupportedIsa), never a silent fallback. kAvx512Bf16 is the
+// AVX-512 set with the AVX512_BF16 conversion for bf16 outputs (fp32 and fp16 run its AVX-512
+// kernels).
+enum class Isa : int32_t { kAuto, kPortable, kAvx2, kAvx512, kNeon, kAvx512Bf16 };
 
 constexpr const char* name_of(Isa isa) {
   switch (isa) {
@@ -26,6 +28,7 @@ constexpr const char* name_of(Isa isa) {
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
     case Isa::kNeon: return "neon";
+    case Isa::kAvx512Bf16: return "avx512_bf16";
   }
   return "unknown";
 }

@@ -53,8 +53,9 @@
 namespace mpg::detail {
 
 struct CpuFeatures {
-  bool avx2 = false;    // AVX2 + F16C (fp16 conversions)
-  bool avx512 = false;  // AVX-512 F + BW + VL (masked 16-bit loads and stores)
+  bool avx2 = false;         // AVX2 + F16C (fp16 conversions)
+  bool avx512 = false;       // AVX-512 F + BW + VL (masked 16-bit loads and stores)
+  bool avx512_bf16 = false;  // and AVX512_BF16 (VCVTNE2PS2BF16), AVX512DQ (VFPCLASSPS)
 };
 
 inline CpuFeatures detect_cpu_features() {
@@ -67,6 +68,9 @@ inline CpuFeatures detect_cpu_features() {
   f.avx2 = __builtin_cpu_supports("avx2") && f16c;
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl");
+  // AVX512_BF16 is CPUID leaf 7 subleaf 1, EAX bit 5 (the OS's zmm state is checked above).
+  f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512dq") &&
+                  __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
 #endif
   return f;
 }
@@ -99,9 +103,12 @@ inline std::atomic<uint32_t>& disabled_isa_mask() {
   static std::atomic<uint32_t> mask{isa_mask_from_names(std::getenv("MPG_DISABLE_ISAS"))};
   return mask;
 }
+// Masking avx512 masks avx512_bf16 too: that set runs the AVX-512 one's kernels for fp32 and
+// fp16, and "no AVX-512" has to mean none of it.
 inline bool isa_disabled(Isa isa) {
-  return isa != Isa::kPortable &&
-         (disabled_isa_mask().load(std::memory_order_relaxed) >> static_cast<int>(isa) & 1u) != 0;
+  const uint32_t mask = disabled_isa_mask().load(std::memory_order_relaxed);
+  if (isa == Isa::kAvx512Bf16 && isa_disabled(Isa::kAvx512)) return true;
+  return isa != Isa::kPortable && (mask >> static_cast<int>(isa) & 1u) != 0;
 }
 // Sets the mask (tests only; not thread-safe against concurrent calls that pick an ISA).
 inline void set_disabled_isas_for_test(uint32_t mask) {

@@ -109,6 +109,13 @@ template <class T, class I>
 using GatherSumKernel = void (*)(const GatherSumArgs<T, I>& args, int64_t token_begin,
                                  int64_t token_end);
 
+// Whether a kernel set's Target takes some entry points from another set (Target::Delegate; see
+// kernel_body.hpp's owns_kernel). Here, outside kernel_body.hpp, so that it exists once.
+template <class Target, class = void>
+struct HasDelegate : std::false_type {};
+template <class Target>
+struct HasDelegate<Target, std::void_t<typename Target::Delegate>> : std::true_type {};
+
 // One token's kept copies as groups of rows to sum, each group one sequential sum:
 //   kSequential: one group, the kept copies in ascending k;
 //   kBinaryBins: group b = bin b = copies 2b, 2b + 2B, 2b + 4B, ... then 2b + 1, 2b + 1 + 2B, ...

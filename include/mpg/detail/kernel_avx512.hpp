@@ -13,21 +13,40 @@
 #include "mpg/detail/stream_bytes.hpp"
 #include "mpg/types.hpp"
 
-// The AVX-512 (F + BW + VL) kernel set: only its vector traits live here; the walk and the
-// microkernel are kernel_body.hpp's, compiled inside this file's target region.
+// The AVX-512 (F + BW + VL) kernel sets, with and without AVX512_BF16: their vector traits are
+// kernel_avx512_vec.hpp's; the walk and the microkernel are kernel_body.hpp's, compiled inside
+// each set's target region below.
 //
 // Conversions. bf16 -> fp32 is a shift, fp16 -> fp32 is VCVTPH2PS: both exact. fp32 -> fp16 is
 // VCVTPS2PH with round-to-nearest-even, exact for subnormals, overflow and inf. fp32 -> bf16 is
-// done with integer ops, NOT VCVTNEPS2BF16: that instruction treats subnormal inputs as zero
-// (DAZ) and flushes subnormal results, which the contract forbids. Tails use masked loads and
-// stores, which never touch memory past the row.
+// done with integer ops in the AVX-512 set. The AVX512_BF16 set uses VCVTNE2PS2BF16 where it gives
+// the same bits: it treats subnormal inputs as zero (DAZ) and keeps NaN payloads, which the
+// contract forbids, so vectors holding a subnormal or a NaN take the integer ops (one VFPCLASSPS
+// per vector tells). Tails use masked loads and stores, which never touch memory past the row.
 
 namespace mpg::detail::avx512 {
 struct Target {
   static constexpr Isa kIsa = Isa::kAvx512;
+  static constexpr bool kNativeBf16 = false;
   static bool supported() { return cpu_features().avx512; }
 };
+struct Kernels;
 }  // namespace mpg::detail::avx512
+
+// The same traits with AVX512_BF16's conversion for bf16 outputs (and AVX512DQ's VFPCLASSPS,
+// which every CPU with AVX512_BF16 has). Only kernels that narrow to
+// bf16 differ, so this set compiles only those and takes the rest from the AVX-512 set
+// (Delegate, kOwns: see kernel_body.hpp's Kernels).
+namespace mpg::detail::avx512_bf16 {
+struct Target {
+  static constexpr Isa kIsa = Isa::kAvx512Bf16;
+  static constexpr bool kNativeBf16 = true;
+  static bool supported() { return cpu_features().avx512_bf16; }
+  using Delegate = avx512::Kernels;
+  template <class... Ts>
+  static constexpr bool kOwns = (std::is_same_v<Ts, bfloat16> || ...);
+};
+}  // namespace mpg::detail::avx512_bf16
 
 // GCC 12 warns inside its own intrinsics (_mm512_undefined_* reads itself, GCC bug 105593)
 // once they are inlined into target-specific functions.
@@ -38,148 +57,15 @@ struct Target {
 #endif
 
 MPG_BEGIN_TARGET("avx2,f16c,avx512f,avx512bw,avx512vl")
-namespace mpg::detail::avx512 {
-
-struct Vec {
-  using F = __m512;
-  static constexpr int64_t kLanes = 16;
-  // 8 accumulators (128 columns): two add ports x 4 cycles latency need 8 independent sums when
-  // the rows come from cache; that leaves 24 of the 32 zmm registers for loads and conversions.
-  static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
-  // 1 KiB ahead, past the row end: measured, see the notes at the end of this file.
-  static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);
-  static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);  // see the notes
-
-  MPG_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
-  MPG_ALWAYS_INLINE static F set1(float x) { return _mm512_set1_ps(x); }
-  MPG_ALWAYS_INLINE static F add(F a, F b) { return _mm512_add_ps(a, b); }
-  // GCC lowers _mm512_mul_ps to a plain vector multiply that -ffp-contract=fast would fuse with
-  // the following add: the empty asm keeps the rounded product (see product_fp32).
-  MPG_ALWAYS_INLINE static F mul(F a, F b) {
-    F p = _mm512_mul_ps(a, b);
-    asm("" : "+v"(p));
-    return p;
-  }
-
-  // Adjacent-lane sums of a then b: the even lanes of (a, b) plus the odd lanes.
-  MPG_ALWAYS_INLINE static F pair_add(F a, F b) {
-    const __m512i even =
-        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd =
-        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    return _mm512_add_ps(_mm512_permutex2var_ps(a, even, b), _mm512_permutex2var_ps(a, odd, b));
-  }
-
-  MPG_ALWAYS_INLINE static F widen16(__m256i bits, std::true_type /*bf16*/) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-  }
-  MPG_ALWAYS_INLINE static F widen16(__m256i bits, std::false_type /*fp16*/) {
-    return _mm512_cvtph_ps(bits);
-  }
-
-  template <class T>
-  MPG_ALWAYS_INLINE static F load(const T* p) {
-    if constexpr (std::is_same_v<T, float>) {
-      return _mm512_loadu_ps(p);
-    } else {
-      return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
-                     std::is_same<T, bfloat16>{});
-    }
-  }
-  template <class T>
-  MPG_ALWAYS_INLINE static F load_partial(const T* p, int64_t n) {
-    const auto mask = static_cast<__mmask16>((1u << n) - 1);
-    if constexpr (std::is_same_v<T, float>) {
-      return _mm512_maskz_loadu_ps(mask, p);
-    } else {
-      return widen16(_mm256_maskz_loadu_epi16(mask, p), std::is_same<T, bfloat16>{});
-    }
-  }
-
-  // fp32 -> bf16 bits in the low half of each 32-bit lane, round to nearest even: add 0x7FFF
-  // plus the lowest kept bit, truncate. The carry turns the largest finite values into inf
-  // exactly when RNE overflows. Right for every value but a NaN with nonzero low 16 bits, which
-  // the carry can turn into an infinity or a zero.
-  MPG_ALWAYS_INLINE static __m512i round_bf16_epi32(F x) {
-    const __m512i bits = _mm512_castps_si512(x);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-    return _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  }
-  // The same for every value: NaN -> the quiet NaN of its sign (Eigen's choice).
-  MPG_ALWAYS_INLINE static __m512i narrow_bf16_epi32(F x) {
-    const __m512i quiet_nan = _mm512_ternarylogic_epi32(
-        _mm512_srli_epi32(_mm512_castps_si512(x), 16), _mm512_set1_epi32(0x8000),
-        _mm512_set1_epi32(0x7FC0), 0xEA);  // (a & b) | c
-    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    return _mm512_mask_mov_epi32(round_bf16_epi32(x), nan, quiet_nan);
-  }
-  // 16 fp32 lanes narrowed to 16-bit T's bits.
-  template <class T>
-  MPG_ALWAYS_INLINE static __m256i narrow16(F x) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      return _mm512_cvtepi32_epi16(narrow_bf16_epi32(x));
-    } else {
-      return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    }
-  }
-  // 32 fp32 lanes, a then b, narrowed to 16-bit T's bits. bf16: both halves rounded in 32-bit
-  // lanes and packed (values <= 0xFFFF: the saturating pack is exact; it interleaves 128-bit
-  // blocks, the permute puts them back), the NaN fix-up only when a lane is a NaN, and with
-  // kPlainRounding (the caller knows no value is a NaN with low bits) no compare either.
-  template <class T, bool kPlainRounding = false>
-  MPG_ALWAYS_INLINE static __m512i narrow32(F a, F b) {
-    if constexpr (std::is_same_v<T, bfloat16>) {
-      const bool any_nan = !kPlainRounding && _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0;
-      const __m512i packed = any_nan
-                                 ? _mm512_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
-                                 : _mm512_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));
-      return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
-    } else {
-      return _mm512_inserti64x4(_mm512_castsi256_si512(narrow16<T>(a)), narrow16<T>(b), 1);
-    }
-  }
-
-  template <class T>
-  MPG_ALWAYS_INLINE static void store(T* p, F v) {
-    if constexpr (std::is_same_v<T, float>) {
-      _mm512_storeu_ps(p, v);
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow16<T>(v));
-    }
-  }
-  template <class T>
-  MPG_ALWAYS_INLINE static void store_partial(T* p, F v, int64_t n) {
-    const auto mask = static_cast<__mmask16>((1u << n) - 1);
-    if constexpr (std::is_same_v<T, float>) {
-      _mm512_mask_storeu_ps(p, mask, v);
-    } else {
-      _mm256_mask_storeu_epi16(p, mask, narrow16<T>(v));
-    }
-  }
-  // One aligned 64-byte line from v[0] (fp32) or v[0], v[1] (16-bit), non-temporal.
-  // kPlainRounding: no value is a NaN with nonzero low 16 bits (see narrow32).
-  static constexpr bool kHasPlainRounding = true;
-  template <class T, bool kPlainRounding = false>
-  MPG_ALWAYS_INLINE static void stream_line(T* p, const F* v) {
-    if constexpr (std::is_same_v<T, float>) {
-      _mm512_stream_ps(p, v[0]);
-    } else {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), narrow32<T, kPlainRounding>(v[0], v[1]));
-    }
-  }
-  MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {
-    stream_bytes_x86(dst, src, n);
-  }
-  MPG_ALWAYS_INLINE static void prefetch(const void* p) {
-    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
-  }
-  MPG_ALWAYS_INLINE static void fence() { _mm_sfence(); }
-};
-
-}  // namespace mpg::detail::avx512
-
 #define MPG_KERNEL_NAMESPACE avx512
+#include "mpg/detail/kernel_avx512_vec.hpp"
+#include "mpg/detail/kernel_body.hpp"
+#undef MPG_KERNEL_NAMESPACE
+MPG_END_TARGET
+
+MPG_BEGIN_TARGET("avx2,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")
+#define MPG_KERNEL_NAMESPACE avx512_bf16
+#include "mpg/detail/kernel_avx512_vec.hpp"
 #include "mpg/detail/kernel_body.hpp"
 #undef MPG_KERNEL_NAMESPACE
 MPG_END_TARGET
@@ -210,6 +96,11 @@ MPG_END_TARGET
 //   against 0.88), and streaming the 128 KiB output of the in-cache row (16 x 8 x 4096 bf16)
 //   cost 15-20% of its speed (18.7 against 23.4 GB/s, 1 thread): an output that small is read
 //   back from cache by the caller. Identical variants differed by up to 0.05 (load 6-8).
+// - The AVX512_BF16 set: on the AVX-512 Xeon (2026-12-05), bench_token_unpermute_grad
+//   -march=native, bf16 4096 x 8 x 4096, 2 interleaved rounds of 3, efficiency 1 | 2 threads:
+//   0.78 | 0.76-0.77 with the integer rounding, 0.79-0.80 | 0.77-0.81 with VCVTNE2PS2BF16 and
+//   its VFPCLASSPS guard, 0.80 | 0.79-0.80 without the guard (wrong bits): the guard costs
+//   nothing measurable.
 // The AVX2 set's constants are measured separately: see kernel_avx2.hpp.
 
 #endif  // MPG_HAVE_X86_KERNELS

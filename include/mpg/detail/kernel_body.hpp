@@ -303,19 +303,64 @@ void copy_rows(const TokenPermuteArgs<E>& a, int64_t token_begin, int64_t token_
 
 namespace mpg::detail::MPG_KERNEL_NAMESPACE {
 
-// This kernel set's entry points, for the table in kernel_table.hpp.
-struct Kernels : Target {
+// Whether set S compiles its own kernel for these element types. A Target with Delegate and
+// kOwns<Ts...> owns only those types' kernels and takes the others' from Delegate (a set whose
+// traits differ from Delegate's only for some types: avx512_bf16).
+template <class S, class... Ts>
+constexpr bool owns_kernel() {
+  if constexpr (HasDelegate<S>::value) {
+    return S::template kOwns<Ts...>;
+  } else {
+    return true;
+  }
+}
+
+// This kernel set's entry points, for the table in kernel_table.hpp (S = Target: a template
+// parameter, so that a Target without Delegate never has it looked up).
+template <class S>
+struct KernelEntries : S {
   using Traits = Vec;
   template <class T, class I, Mode M, Order O, bool kWeighted>
-  static constexpr GatherSumKernel<T, I> kGatherSum = &gather_sum<T, I, M, O, kWeighted>;
+  static constexpr GatherSumKernel<T, I> kGatherSum = [] {
+    if constexpr (owns_kernel<S, T>()) {
+      return &gather_sum<T, I, M, O, kWeighted>;
+    } else {
+      return S::Delegate::template kGatherSum<T, I, M, O, kWeighted>;
+    }
+  }();
   template <class T>
-  static constexpr void (*kWiden)(const T*, float*, int64_t) = &widen<T>;
+  static constexpr void (*kWiden)(const T*, float*, int64_t) = [] {
+    if constexpr (owns_kernel<S>()) {
+      return &widen<T>;
+    } else {
+      return S::Delegate::template kWiden<T>;
+    }
+  }();
   template <class T>
-  static constexpr void (*kNarrow)(const float*, T*, int64_t) = &narrow<T>;
+  static constexpr void (*kNarrow)(const float*, T*, int64_t) = [] {
+    if constexpr (owns_kernel<S, T>()) {
+      return &narrow<T>;
+    } else {
+      return S::Delegate::template kNarrow<T>;
+    }
+  }();
   template <class T, class P, class I>
-  static constexpr UnpermuteGradKernel<T, P, I> kUnpermuteGrad = &unpermute_grad<T, P, I>;
+  static constexpr UnpermuteGradKernel<T, P, I> kUnpermuteGrad = [] {
+    if constexpr (owns_kernel<S, T, P>()) {
+      return &unpermute_grad<T, P, I>;
+    } else {
+      return S::Delegate::template kUnpermuteGrad<T, P, I>;
+    }
+  }();
   template <class E>
-  static constexpr CopyRowsKernel<E> kCopyRows = &copy_rows<E>;
+  static constexpr CopyRowsKernel<E> kCopyRows = [] {
+    if constexpr (owns_kernel<S>()) {
+      return &copy_rows<E>;
+    } else {
+      return S::Delegate::template kCopyRows<E>;
+    }
+  }();
 };
+struct Kernels : KernelEntries<Target> {};
 
 }  // namespace mpg::detail::MPG_KERNEL_NAMESPACE

@@ -20,7 +20,8 @@
 //
 // Adding an ISA: a traits file like kernel_avx2.hpp (a Target with kIsa and supported(), a Vec,
 // and the three lines that include kernel_body.hpp in its namespace and target region), its
-// include and row here, and its Isa value and name in options.hpp.
+// include and row here, and its Isa value and name in options.hpp. A set that differs from
+// another only for some element types (avx512_bf16) names it as its Target's Delegate.
 
 namespace mpg::detail {
 
@@ -29,7 +30,7 @@ struct KernelSetList {};
 
 using KernelSets = KernelSetList<
 #if MPG_HAVE_X86_KERNELS
-    avx512::Kernels, avx2::Kernels,
+    avx512_bf16::Kernels, avx512::Kernels, avx2::Kernels,
 #endif
 #if MPG_HAVE_NEON_KERNELS
     neon::Kernels,
