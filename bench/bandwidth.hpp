@@ -15,7 +15,7 @@
 // the yardstick and the op pay the same wake-up and balance a descheduled thread the same way
 // (OpenMP was not used: its threads spin after a region and would steal the CPU from the op's
 // pool, which runs right after it). Its buffers are allocated and touched once, outside the timed
-// loop, with ordinary 4 KiB pages like the op's. It has no gather, no conversion and no
+// loop, in pages of the same size as the op's (see PAGES). It has no gather, no conversion and no
 // arithmetic worth the name: an op cannot beat it by much, and
 //     efficiency = yardstick time / op time   (same bytes, same thread count, same run)
 // is the share of the machine's plain streaming bandwidth the op reaches. The yardstick is
@@ -71,9 +71,22 @@
 //   efficiency        yardstick time / op time, summed over the row's calls (kSameRun rows)
 //   ref_streams, ref_prefetch, ref_interleave   the yardstick's plan for the row (kSameRun rows)
 //   read_MB, write_MB the byte model (1e6 bytes), so the JSON carries it
+//   huge_pages        1 when the row ran with MPG_BENCH_HUGE_PAGES=1 (see PAGES)
+//
+// PAGES. Every buffer of 2 MiB or more (the yardstick's and the ops' rows alike) gets ordinary
+// 4 KiB pages by default: what malloc gives where transparent huge pages are in madvise mode
+// (Debian's default), and what PyTorch's CPU allocator gives unless THP_MEM_ALLOC_ENABLE=1.
+// MPG_BENCH_HUGE_PAGES=1 in the environment starts them on a 2 MiB boundary and asks for 2 MiB
+// pages with madvise(MADV_HUGEPAGE) before they are touched, to see whether a machine's gathers
+// lose more to 4 KiB pages than its plain reads do (on the VM of the README's tables they did
+// not: README, "Huge pages"). The kernel grants them unless
+// /sys/kernel/mm/transparent_hugepage/enabled is "never".
 #pragma once
 
 #include <benchmark/benchmark.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -149,6 +162,33 @@ using Buffer = std::unique_ptr<unsigned char[], AlignedFree>;
 
 inline int64_t round_up(int64_t n, int64_t to) {
   return (n + to - 1) / to * to;
+}
+
+// MPG_BENCH_HUGE_PAGES=1 (see PAGES at the top).
+inline bool huge_pages_requested() {
+  static const bool requested = [] {
+    const char* value = std::getenv("MPG_BENCH_HUGE_PAGES");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return requested;
+}
+
+// Every bench buffer comes from here: `alignment` (a power of two dividing 4096), and with
+// huge pages requested, buffers of 2 MiB or more on a 2 MiB boundary, madvised before the first
+// touch (a page's size is fixed when it is first touched). Freed with std::free. nullptr when
+// out of memory.
+inline void* allocate_buffer(int64_t bytes, int64_t alignment) {
+  constexpr int64_t kHugePage = int64_t{2} << 20;
+  if (huge_pages_requested() && bytes >= kHugePage) {
+    const int64_t rounded = round_up(bytes, kHugePage);
+    void* p = std::aligned_alloc(static_cast<size_t>(kHugePage), static_cast<size_t>(rounded));
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p != nullptr) madvise(p, static_cast<size_t>(rounded), MADV_HUGEPAGE);  // a hint only
+#endif
+    return p;
+  }
+  return std::aligned_alloc(static_cast<size_t>(alignment),
+                            static_cast<size_t>(round_up(std::max<int64_t>(bytes, 1), alignment)));
 }
 
 // Software prefetch of the line kPrefetchBytes ahead of each loaded one (Plan::prefetch).
@@ -374,7 +414,7 @@ class BandwidthReference {
   static void grow(detail::Buffer* buffer, int64_t* size, int64_t wanted) {
     if (wanted <= *size) return;
     buffer->reset();  // free first: the DRAM rows' buffers are hundreds of MiB
-    void* p = std::aligned_alloc(4096, static_cast<size_t>(detail::round_up(wanted, 4096)));
+    void* p = detail::allocate_buffer(wanted, 4096);
     if (p == nullptr) std::abort();
     std::memset(p, 1, static_cast<size_t>(wanted));  // first touch here, never in a timed call
     buffer->reset(static_cast<unsigned char*>(p));
@@ -457,6 +497,7 @@ void time_op(benchmark::State& state, const ByteModel& bytes, int threads, Op&& 
   state.counters["GBps"] = op_seconds > 0.0 ? calls * total / op_seconds / 1e9 : 0.0;
   state.counters["read_MB"] = static_cast<double>(bytes.read) / 1e6;
   state.counters["write_MB"] = static_cast<double>(bytes.write) / 1e6;
+  state.counters["huge_pages"] = detail::huge_pages_requested() ? 1 : 0;
   if (yardstick == Yardstick::kSameRun && op_seconds > 0.0 && ref_seconds > 0.0) {
     state.counters["ref_GBps"] = calls * total / ref_seconds / 1e9;
     state.counters["efficiency"] = ref_seconds / op_seconds;
@@ -517,10 +558,7 @@ struct LineAlignedAllocator {
   template <class U>
   explicit LineAlignedAllocator(const LineAlignedAllocator<U>& /*other*/) {}
   T* allocate(size_t n) {
-    // aligned_alloc wants a non-zero multiple of the alignment
-    const int64_t bytes = std::max(
-        detail::kLine, detail::round_up(static_cast<int64_t>(n * sizeof(T)), detail::kLine));
-    void* p = std::aligned_alloc(static_cast<size_t>(detail::kLine), static_cast<size_t>(bytes));
+    void* p = detail::allocate_buffer(static_cast<int64_t>(n * sizeof(T)), detail::kLine);
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }

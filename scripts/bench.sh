@@ -20,6 +20,8 @@
 #   MPG_BENCH_README       0 to leave README.md alone (default 1)
 #   MPG_BENCH_NOTE         a line put first in the results block (e.g. a provisional warning)
 #   MPG_BENCH_RUN          0: build and run nothing, redo charts, tables and README from the JSON
+#   MPG_BENCH_HUGE_PAGES   1: 2 MiB pages for every buffer, yardstick and op (bench/bandwidth.hpp,
+#                          PAGES; default: 4 KiB pages); the machine summary records it
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -62,6 +64,8 @@ if [[ $run != 0 ]]; then {
   echo "SIMD: $(grep -m1 -o -E 'avx2|avx512(f|bw|vl|_bf16)' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   echo "memory: $(free -g | awk '/^Mem:/ {print $2 " GiB"}')"
   echo "kernel: $(uname -r); compiler: $(c++ --version | head -1)"
+  echo "pages: MPG_BENCH_HUGE_PAGES=${MPG_BENCH_HUGE_PAGES:-0}; transparent huge pages:" \
+    "$(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo '?')"
   echo "google benchmark: $(dpkg-query -W -f='${Version}' libbenchmark-dev 2>/dev/null || echo '?')"
 } >"$out/machine.txt"; fi
 cat "$out/machine.txt"

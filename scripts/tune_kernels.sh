@@ -10,7 +10,8 @@
 #   bash scripts/tune_kernels.sh                          # all variants, 2 rounds x 3 repetitions
 #   MPG_TUNE_VARIANTS="default prefetch=0" MPG_TUNE_ROUNDS=3 bash scripts/tune_kernels.sh
 #
-#   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>, or
+#   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>,
+#                      pages=huge (the same build, run with MPG_BENCH_HUGE_PAGES=1), or
 #                      settings joined by +, e.g. prefetch=0+block=4
 #   MPG_TUNE_ROUNDS    rounds (default 2); MPG_TUNE_REPETITIONS per round (default 3)
 #   MPG_TUNE_BENCH     the bench binary (default bench_permute_grad)
@@ -38,6 +39,7 @@ define_of() {
       prefetch=*) echo -n " -DMPG_TUNE_PREFETCH_BYTES=${setting#*=}" ;;
       block=*) echo -n " -DMPG_TUNE_BLOCK_VECTORS=${setting#*=}" ;;
       stream=*) echo -n " -DMPG_TUNE_STREAMING_STORE_BYTES=int64_t{${setting#*=}}" ;;
+      pages=huge) ;;
       *) echo "tune_kernels.sh: unknown setting $setting" >&2; exit 1 ;;
     esac
   done
@@ -59,7 +61,9 @@ for ((round = 1; round <= rounds; ++round)); do
   for variant in $variants; do
     dir=$out/${variant//=/-}
     echo "round $round: $variant"
-    "$dir/bench/$bench" --benchmark_filter="$filter" \
+    huge_pages=0
+    if [[ +$variant+ == *+pages=huge+* ]]; then huge_pages=1; fi
+    MPG_BENCH_HUGE_PAGES=$huge_pages "$dir/bench/$bench" --benchmark_filter="$filter" \
       --benchmark_repetitions="$repetitions" --benchmark_out="$dir/round$round.json" \
       --benchmark_out_format=json >/dev/null
   done

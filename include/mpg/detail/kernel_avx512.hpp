@@ -91,6 +91,10 @@ MPG_END_TARGET
 //   0.45 0.48; fp32 8192 x 2 x 4096 flat from 512 to 2048 (0.90-0.93). The plateau's middle,
 //   as the AVX2 set's.
 // - kBlockVectors = 8: 8 independent sums cover the add latency when rows come from cache.
+//   Longer runs per row lose: each row's next 1024, 2048 or 4096 columns summed into an fp32
+//   buffer in L1 before the next row's (2026-12-06, bench_permute_grad -march=native, bf16
+//   4096 x 8 x 4096, 2 interleaved rounds of 3) read 0.80, 0.74-0.75 and 0.67 against 0.89-0.90
+//   on 1 thread, 0.78-0.79, 0.72-0.78 and 0.66-0.71 against 0.89 on 2.
 // - Streaming stores from kStreamingStoreBytes (detail/fast.hpp, 8 MiB) up: on the AVX2 machine
 //   of kernel_avx2.hpp's notes, never streaming lost up to 0.04 on the DRAM rows (bf16 0.84
 //   against 0.88), and streaming the 128 KiB output of the in-cache row (16 x 8 x 4096 bf16)
