@@ -104,7 +104,11 @@ TEST(Concurrency, ThreadsOnDifferentBuffersMatchTheReference) {
   // per thread so a mixed-up buffer cannot go unnoticed.
   std::vector<Job> jobs;
   for (int i = 0; i < kThreads; ++i) {
-    jobs.push_back(make_job(100 + i, 384 + 64 * i, 4 + i % 3, 256 + 8 * i));
+    jobs.push_back(make_job(100 + i, 768 + 64 * i, 4 + i % 3, 768 + 8 * i));
+    const Job& job = jobs.back();
+    const auto bytes_moved =
+        job.tokens * job.hidden * int64_t{sizeof(mpg::bfloat16)} * (job.topk + 1);
+    ASSERT_GE(bytes_moved, 2 * mpg::detail::kMinBytesPerThread) << "too small for the pool";
   }
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;

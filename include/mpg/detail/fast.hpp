@@ -14,8 +14,13 @@
 
 namespace mpg::detail {
 
-// Below this many bytes moved, waking a second thread costs more than it saves.
-inline constexpr int64_t kMinBytesPerThread = int64_t{256} << 10;
+// Below this many bytes moved per thread, waking another thread costs more than it saves: a
+// parked worker took 30-80 us to wake on the 2-CPU VM of the README's tables (bf16
+// permute_grad, K = 8, H = 4096 and 7168, medians of 400 calls, 2026-12-06: 2 threads against 1
+// at 1.2 MB moved 43-79 us against 21-23, at 2.4 MB even, at 4.1 MB 91 against 122, at 19 MB
+// 1.8x faster; with 256 KiB here before, default calls of 0.5-3 MB ran 2-5x slower than on one
+// thread). Wakes are cheaper on bare metal: there this costs a small share of a few-MB call.
+inline constexpr int64_t kMinBytesPerThread = int64_t{2} << 20;
 // Tasks per thread: dynamic hand-out of this many chunks evens out tokens whose copies were
 // mostly dropped (cheap) against tokens with all K copies kept; whatever the drop pattern, the
 // threads finish at most one chunk (1/16 of a share) apart. Weighing chunks by kept copies
