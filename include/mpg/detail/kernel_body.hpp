@@ -106,14 +106,39 @@ MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0
   }
 }
 
+// Bins [kFirst, kFirst + kCount) of the plan combined as a perfect binary tree, left + right,
+// with the bin count known at compile time: the pending left subtrees stay in registers (at most
+// log2(kCount) + 1 blocks live, 24 vectors for 4 bins of 8).
+template <class T, int kVectors, bool kPartial, bool kWeighted, int64_t kFirst, int64_t kCount>
+MPG_ALWAYS_INLINE void sum_bin_tree(const TokenPlan<T>& plan, int64_t h0, int64_t n,
+                                    typename Vec::F* acc) {
+  if constexpr (kCount == 1) {
+    sum_group<T, kVectors, kPartial, kWeighted>(plan, kFirst, h0, n, acc);
+  } else {
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, kFirst, kCount / 2>(plan, h0, n, acc);
+    typename Vec::F right[kVectors];
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, kFirst + kCount / 2, kCount / 2>(plan, h0, n,
+                                                                                    right);
+    MPG_UNROLL
+    for (int v = 0; v < kVectors; ++v) acc[v] = Vec::add(acc[v], right[v]);
+  }
+}
+
 // The microkernel: columns [h0, h0 + kVectors * kLanes) of one out row, in fp32, in the order O.
 // Binary bins: the bins are summed one after another and combined as a perfect binary tree
-// (bin[i] = bin[i] + bin[i + s] for s = 1, 2, 4, ...) evaluated depth-first with a small stack
-// in L1: after bin b, as many merges as b has trailing one bits, always left + right.
+// (bin[i] = bin[i] + bin[i + s] for s = 1, 2, 4, ...) evaluated depth-first, always left +
+// right. Up to 4 bins (top-k < 16) the tree is unrolled with its subtrees in registers; beyond,
+// a small stack in L1 holds them: after bin b, as many merges as b has trailing one bits.
 template <class T, Order O, int kVectors, bool kPartial, bool kWeighted>
 MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n,
                                  typename Vec::F* acc) {
   if constexpr (O == Order::kSequential) {
+    sum_group<T, kVectors, kPartial, kWeighted>(plan, 0, h0, n, acc);
+  } else if (plan.num_groups() == 4) {
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 4>(plan, h0, n, acc);
+  } else if (plan.num_groups() == 2) {
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 2>(plan, h0, n, acc);
+  } else if (plan.num_groups() == 1) {
     sum_group<T, kVectors, kPartial, kWeighted>(plan, 0, h0, n, acc);
   } else {
     typename Vec::F stack[7][kVectors];  // log2(kMaxBins) + 1 pending subtrees
