@@ -84,6 +84,10 @@ MPG_END_TARGET
 //   efficiency of the four bench_permute_grad DRAM rows, 1 | 2 threads: 2048 0.83-0.92 |
 //   0.86-1.03, 1024 0.84-0.90 | 0.87-0.96, 512 0.83-0.93 | 0.87-0.97; bf16 dropless and padded
 //   0.84-0.85 with 2048 against 0.88 with 1024 or 512 on 1 thread, the others within the noise.
+//   On the AVX-512 AMD EPYC Zen 5 of 2026-12-06 (2 MiB L2), the same script at -O2 with
+//   dispatch, 2 rounds x 3, 1 | 2 threads: 1024 0.86-0.99 | 0.93-0.98, 512 0.77-1.00 |
+//   0.87-1.02, 2048 0.79-0.97 | 0.88-1.06, block 4 0.81-0.96 | 0.92-1.08; fp16 2048 x 8 x 7168
+//   on 1 thread 0.93 with 1024 against 0.77-0.79 with 512 or 2048. 1024 and 8 stay.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
