@@ -129,8 +129,9 @@ MPG_ALWAYS_INLINE void sum_bin_tree(const TokenPlan<T>& plan, int64_t h0, int64_
 // (bin[i] = bin[i] + bin[i + s] for s = 1, 2, 4, ...) evaluated depth-first, always left +
 // right. Up to 4 bins (top-k < 16) the tree is unrolled with its subtrees in registers; beyond,
 // a small stack in L1 holds them: after bin b, as many merges as b has trailing one bits. The
-// stack alone cost Zen 5 16% in cache and 0.76-0.79 against 0.90-1.04 of the yardstick on the
-// DRAM rows of bench_init_routing_v2_grad (K = 8, 1 thread, 2026-12-06, 3 interleaved rounds).
+// stack alone cost Zen 5 12-19% in cache (16 x 8 x 4096 bf16) and 0.76-0.79 against 0.90-1.04
+// of the yardstick on the DRAM rows of bench_init_routing_v2_grad (K = 8, 1 thread, 2026-12-06,
+// 3 interleaved rounds).
 template <class T, Order O, int kVectors, bool kPartial, bool kWeighted>
 MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n,
                                  typename Vec::F* acc) {
