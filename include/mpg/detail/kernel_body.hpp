@@ -142,7 +142,7 @@ MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n
   } else if (plan.num_groups() == 2) {
     sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 2>(plan, h0, n, acc);
   } else if (plan.num_groups() == 1) {
-    sum_group<T, kVectors, kPartial, kWeighted>(plan, 0, h0, n, acc);
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 1>(plan, h0, n, acc);
   } else {
     typename Vec::F stack[7][kVectors];  // log2(kMaxBins) + 1 pending subtrees
     int depth = 0;
