@@ -109,6 +109,10 @@ MPG_END_TARGET
 //   0.78 | 0.76-0.77 with the integer rounding, 0.79-0.80 | 0.77-0.81 with VCVTNE2PS2BF16 and
 //   its VFPCLASSPS guard, 0.80 | 0.79-0.80 without the guard (wrong bits): the guard costs
 //   nothing measurable.
+// - The pair tree through pair_add (two cross-block permutes per level): a pair_levels2 of
+//   in-block shuffles with one permute stage at level 3, as the AVX2 set has, gave the same bits
+//   and no gain on the Zen 5 guest (2026-12-06, bench_token_unpermute_grad -O2, 3 interleaved
+//   rounds of 3, bf16 1 | 2 threads: 0.79 | 0.81 against 0.88 | 0.80): not kept.
 // The AVX2 set's constants are measured separately: see kernel_avx2.hpp.
 
 #endif  // MPG_HAVE_X86_KERNELS
