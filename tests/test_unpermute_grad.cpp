@@ -4,6 +4,7 @@
 // against the reference bit for bit across sizes, layouts and thread counts.
 #include "test_util.hpp"
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <tuple>
@@ -559,6 +560,114 @@ TEST(UnpermuteGradSpecials, StreamedNarrowingOfFiniteAndNonFiniteProducts) {
     expect_streamed_specials_match<half>(path);
     expect_streamed_specials_match<float>(path);
   }
+}
+
+// The streamed fused pass narrows a step's bf16 g * p without the AVX512_BF16 set's guard when
+// products_ordinary proves from |g|'s range and the weights' that none is a NaN or subnormal
+// (that conversion flushes subnormals). One token per edge of that proof, each token's step
+// alone: products at the smallest normal, just below it, 0 * inf, inf * 0, subnormal g.
+TEST(UnpermuteGradSpecials, StreamedNarrowingAtTheEdgesOfOrdinaryProducts) {
+  const float two_m63 = std::ldexp(1.0f, -63), inf = std::numeric_limits<float>::infinity();
+  for (const PathCase path : mpg_test::kFastPaths) {
+    if (!mpg_test::path_supported(path)) continue;
+    for (const int64_t hidden : {64, 512, 4096}) {
+      for (const int layout : {0, 1, 2}) {
+        SCOPED_TRACE(testing::Message() << mpg_test::path_name(path) << ", H = " << hidden
+                                        << ", layout = " << layout);
+        std::mt19937_64 rng(12);
+        Call<bfloat16, float, int32_t> want(8, 4, hidden, true, rng, layout);
+        const auto weights = [&](int64_t t, std::array<float, 4> p) {
+          for (int64_t k = 0; k < 4; ++k) want.probs.at(t, k) = p[static_cast<size_t>(k)];
+        };
+        const int64_t lane = hidden / 2 + 3;  // inside a step past the first
+        want.g.at(0, lane) = bfloat16(std::ldexp(1.0f, -100));  // * 2^-30: subnormal
+        weights(0, {std::ldexp(1.0f, -30), 1.0f, -1.0f, 0.5f});
+        want.g.at(1, lane) = bfloat16(two_m63);  // * 2^-63 = the smallest normal: ordinary
+        weights(1, {two_m63, 1.0f, 2.0f, -0.25f});
+        want.g.at(2, lane) = bfloat16(-two_m63);  // * 2^-64: subnormal
+        weights(2, {1.0f, two_m63 / 2, 2.0f, -0.25f});
+        want.g.at(3, lane) = bfloat16(inf);  // * 0: NaN
+        weights(3, {1.0f, 0.0f, -1.0f, 0.5f});
+        for (int64_t j = 0; j < hidden; j += 2) want.g.at(4, j) = bfloat16(0.0f);  // * inf: NaN
+        weights(4, {1.0f, -inf, -1.0f, 0.5f});
+        for (int64_t j = 0; j < hidden; ++j) want.g.at(5, j) = bfloat16(j % 3 == 0 ? -0.0f : 0.0f);
+        weights(5, {1.0f, -2.0f, 0.0f, 0.5f});  // every product +-0
+        want.g.at(6, lane) = bfloat16(std::ldexp(1.0f, -130));  // a subnormal g, * 2^4: normal
+        weights(6, {std::ldexp(1.0f, 10), std::ldexp(1.0f, 4), 64.0f, -32.0f});
+        weights(7, {-0.0f, 1.0f, 2.0f, 3.0f});
+        ASSERT_TRUE(want.run(mpg_test::path_options(mpg_test::kReferencePath)).ok());
+        // The proof's edges are visible in the result: a subnormal dX where a flush would give 0.
+        const float subnormal = static_cast<float>(want.dx.at(want.s[0], lane));
+        ASSERT_EQ(std::fpclassify(subnormal), FP_SUBNORMAL);
+        Call<bfloat16, float, int32_t> got = want;
+        got.dx.buffer().fill_sentinel();
+        got.dp.buffer().fill_sentinel();
+        expect_streamed_kernel_matches(got, want, path);
+        if (testing::Test::HasFailure()) return;
+      }
+    }
+  }
+}
+
+// products_ordinary claims no g * p is a NaN or subnormal only where none is: every pair of
+// value sets drawn from the edges (zeros, subnormals, the smallest normal and its neighbours,
+// infinities, NaN), their ranges computed here, each claim checked product by product.
+TEST(UnpermuteGradSpecials, OrdinaryProductsClaimIsSound) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float min = std::numeric_limits<float>::min();
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         std::numeric_limits<float>::denorm_min(),
+                         std::ldexp(1.0f, -130),
+                         min,
+                         std::nextafter(min, 1.0f),
+                         std::ldexp(1.0f, -63),
+                         std::ldexp(1.0f, -64),
+                         std::nextafter(std::ldexp(1.0f, -63), 0.0f),
+                         -0.5f,
+                         1.0f,
+                         std::ldexp(1.0f, 63),
+                         std::numeric_limits<float>::max(),
+                         -inf,
+                         inf,
+                         std::numeric_limits<float>::quiet_NaN()};
+  const auto is_ordinary = [](float v) {
+    return !std::isnan(v) && std::fpclassify(v) != FP_SUBNORMAL;
+  };
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<size_t> pick(0, std::size(edges) - 1);
+  int claimed = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::vector<float> g(1 + trial % 4), p(1 + trial / 4 % 3);
+    for (float& v : g) v = edges[pick(rng)];
+    for (float& v : p) v = edges[pick(rng)];
+    mpg::detail::AbsRange g_range;
+    uint32_t min_nonzero = 0xFFFFFFFFu;
+    for (const float v : g) {
+      const uint32_t magnitude = mpg_test::bits_of(v) & 0x7FFFFFFFu;
+      g_range.max_bits = std::max(g_range.max_bits, magnitude);
+      if (magnitude != 0) min_nonzero = std::min(min_nonzero, magnitude);
+    }
+    g_range.min_nonzero_bits = min_nonzero == 0xFFFFFFFFu ? 0 : min_nonzero;
+    mpg::detail::WeightRange p_range;
+    for (const float v : p) mpg::detail::include_weight(p_range, v);
+    if (!mpg::detail::products_ordinary(g_range, p_range)) continue;
+    ++claimed;
+    for (const float a : g) {
+      for (const float b : p) {
+        const float product = a * b;
+        EXPECT_TRUE(is_ordinary(product)) << a << " * " << b << " = " << product;
+      }
+    }
+    if (testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(claimed, 1000);  // and the claim is made where it holds, not never
+  // Ordinary gradients and weights take the unguarded narrowing.
+  mpg::detail::WeightRange typical;
+  mpg::detail::include_weight(typical, 0.125f);
+  mpg::detail::include_weight(typical, -0.0f);
+  EXPECT_TRUE(mpg::detail::products_ordinary(
+      {mpg_test::bits_of(3.0f), mpg_test::bits_of(std::ldexp(1.0f, -20))}, typical));
 }
 
 TEST(UnpermuteGradThreads, ResultsDoNotDependOnTheThreadCount) {

@@ -41,6 +41,14 @@ enum class Order {
   kBinaryBins,  // B bins filled in the interleaved order below, then a perfect binary tree
 };
 
+// What a kernel knows of the fp32 values it narrows to bf16, each level implying the one before.
+// The more it knows, the less a kernel set's narrowing (Vec::stream_line) has to check.
+enum class Narrowing {
+  kAny,
+  kNoLowNan,  // no NaN with nonzero low 16 bits: the integer rounding keeps the other values
+  kOrdinary,  // no NaN and no subnormal: AVX512_BF16's conversion is exact on these
+};
+
 // Per-copy weights p[t][k] for num_tokens x topk copies; element (t, k) is at
 // data + (t * row_stride + k) * size_of(dtype). Independent of the token dtype.
 struct WeightsView {

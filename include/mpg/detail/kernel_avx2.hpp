@@ -140,12 +140,13 @@ struct Vec {
   // (per 128-bit half: a's four, then b's four) and one 64-bit permute to restore the order,
   // instead of a pack and an extract per vector and an insert; the NaN fix-up only when one
   // compare of a with b finds a NaN in either (5 fewer instructions per 16 values without).
-  // kPlainRounding: the caller knows no value is a NaN with low bits (no compare either).
-  template <class T, bool kPlainRounding = false>
+  // From kKnown = Narrowing::kNoLowNan (the caller knows no value is a NaN with low bits), no
+  // compare either.
+  template <class T, Narrowing kKnown = Narrowing::kAny>
   MPG_ALWAYS_INLINE static __m256i narrow16(F a, F b) {
     if constexpr (std::is_same_v<T, bfloat16>) {
-      const bool any_nan =
-          !kPlainRounding && _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
+      const bool any_nan = kKnown == Narrowing::kAny &&
+                           _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
       const __m256i packed = any_nan
                                  ? _mm256_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
                                  : _mm256_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));
@@ -169,18 +170,18 @@ struct Vec {
     store<T>(buffer, v);
     for (int64_t i = 0; i < n; ++i) p[i] = buffer[i];
   }
-  // One aligned 64-byte line from v[0], v[1] (fp32) or v[0..3] (16-bit), non-temporal. With
-  // kPlainRounding, no value is a NaN with nonzero low 16 bits: round_bf16_epi32 keeps the others.
-  static constexpr bool kHasPlainRounding = true;
-  template <class T, bool kPlainRounding = false>
+  // One aligned 64-byte line from v[0], v[1] (fp32) or v[0..3] (16-bit), non-temporal, narrowed
+  // as kKnown allows (see narrow16).
+  static constexpr bool kTakesNarrowing = true;
+  template <class T, Narrowing kKnown = Narrowing::kAny>
   MPG_ALWAYS_INLINE static void stream_line(T* p, const F* v) {
     __m256i* dst = reinterpret_cast<__m256i*>(p);
     if constexpr (std::is_same_v<T, float>) {
       _mm256_stream_si256(dst, _mm256_castps_si256(v[0]));
       _mm256_stream_si256(dst + 1, _mm256_castps_si256(v[1]));
     } else {
-      _mm256_stream_si256(dst, narrow16<T, kPlainRounding>(v[0], v[1]));
-      _mm256_stream_si256(dst + 1, narrow16<T, kPlainRounding>(v[2], v[3]));
+      _mm256_stream_si256(dst, narrow16<T, kKnown>(v[0], v[1]));
+      _mm256_stream_si256(dst + 1, narrow16<T, kKnown>(v[2], v[3]));
     }
   }
   MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {

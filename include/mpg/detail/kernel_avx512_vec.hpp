@@ -109,16 +109,18 @@ struct Vec {
   // 32 fp32 lanes, a then b, narrowed to 16-bit T's bits. bf16: both halves rounded in 32-bit
   // lanes and packed (values <= 0xFFFF: the saturating pack is exact; it interleaves 128-bit
   // blocks, the permute puts them back), the NaN fix-up only when a lane is a NaN, and with
-  // kPlainRounding (the caller knows no value is a NaN with low bits) no compare either.
-  template <class T, bool kPlainRounding = false>
+  // what the caller knows (kKnown) fewer checks: no NaN compare from kNoLowNan, no VFPCLASSPS
+  // guard of the AVX512_BF16 conversion with kOrdinary.
+  template <class T, Narrowing kKnown = Narrowing::kAny>
   MPG_ALWAYS_INLINE static __m512i narrow32(F a, F b) {
     if constexpr (std::is_same_v<T, bfloat16>) {
       if constexpr (Target::kNativeBf16) {
-        if (!has_bf16_special(a) && !has_bf16_special(b)) {
+        if (kKnown == Narrowing::kOrdinary || (!has_bf16_special(a) && !has_bf16_special(b))) {
           return bf16_bits(_mm512_cvtne2ps_pbh(b, a));  // b goes to the high half
         }
       }
-      const bool any_nan = !kPlainRounding && _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0;
+      const bool any_nan =
+          kKnown == Narrowing::kAny && _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0;
       const __m512i packed = any_nan
                                  ? _mm512_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
                                  : _mm512_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));
@@ -145,16 +147,31 @@ struct Vec {
       _mm256_mask_storeu_epi16(p, mask, narrow16<T>(v));
     }
   }
-  // One aligned 64-byte line from v[0] (fp32) or v[0], v[1] (16-bit), non-temporal.
-  // kPlainRounding: no value is a NaN with nonzero low 16 bits (see narrow32).
-  static constexpr bool kHasPlainRounding = true;
-  template <class T, bool kPlainRounding = false>
+  // One aligned 64-byte line from v[0] (fp32) or v[0], v[1] (16-bit), non-temporal, narrowed
+  // as kKnown allows (see narrow32).
+  static constexpr bool kTakesNarrowing = true;
+  template <class T, Narrowing kKnown = Narrowing::kAny>
   MPG_ALWAYS_INLINE static void stream_line(T* p, const F* v) {
     if constexpr (std::is_same_v<T, float>) {
       _mm512_stream_ps(p, v[0]);
     } else {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), narrow32<T, kPlainRounding>(v[0], v[1]));
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), narrow32<T, kKnown>(v[0], v[1]));
     }
+  }
+  // Narrowing::kOrdinary saves this set a VFPCLASSPS per vector, worth the range of |v| over
+  // 8 vectors (abs_range) to prove it; the integer rounding gains nothing more from it.
+  static constexpr bool kOrdinaryIsCheaper = Target::kNativeBf16;
+  MPG_ALWAYS_INLINE static AbsRange abs_range(const float* p, int vectors) {
+    const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+    const __m512i one = _mm512_set1_epi32(1);
+    __m512i max_bits = _mm512_setzero_si512();
+    __m512i min_bits_less_1 = _mm512_set1_epi32(-1);  // a zero wraps to the largest: ignored
+    for (int i = 0; i < vectors; ++i) {
+      const __m512i bits = _mm512_and_si512(_mm512_loadu_si512(p + i * kLanes), magnitude);
+      max_bits = _mm512_max_epu32(max_bits, bits);
+      min_bits_less_1 = _mm512_min_epu32(min_bits_less_1, _mm512_sub_epi32(bits, one));
+    }
+    return {_mm512_reduce_max_epu32(max_bits), _mm512_reduce_min_epu32(min_bits_less_1) + 1};
   }
   MPG_ALWAYS_INLINE static void stream_bytes(void* dst, const void* src, int64_t n) {
     stream_bytes_x86(dst, src, n);

@@ -18,9 +18,10 @@
 //   [a0+a1, a2+a3, .., b0+b1, ..] (with one lane: a0+b0), for MoeTokenUnpermuteGrad's tree;
 //   optionally, with kHasPairLevels2 = true, pair_levels2(const F* v) and pair_level3(F, F): a
 //   cheaper pair_add tree of three levels over 8 vectors in two halves (see
-//   kernel_unpermute_grad_body.hpp's pair_levels2); with kHasPlainRounding = true,
-//   stream_line<T, true>(p, v): the narrowing without its NaN fix-up, for lines none of whose
-//   values is a NaN with nonzero low 16 bits (see kernel_unpermute_grad_body.hpp's stream_line_of).
+//   kernel_unpermute_grad_body.hpp's pair_levels2); with kTakesNarrowing = true,
+//   stream_line<T, Narrowing>(p, v): the narrowing of lines whose values the caller knows more
+//   of (see Narrowing and kernel_unpermute_grad_body.hpp's stream_line_of), and with
+//   kOrdinaryIsCheaper = true also abs_range(p, vectors), the range of |v| (AbsRange).
 // load_partial/store_partial touch only the n < kLanes elements at p.
 
 #ifndef MPG_KERNEL_NAMESPACE

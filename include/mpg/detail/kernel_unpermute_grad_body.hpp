@@ -74,20 +74,36 @@ MPG_ALWAYS_INLINE typename V::F pair_level3(typename V::F low, typename V::F hig
   }
 }
 
-// A set with kHasPlainRounding = true takes stream_line<T, true> for lines whose NaNs (if any)
-// have zero low 16 bits: its bf16 rounding keeps those NaNs without its NaN fix-up (the carry
-// out of the low half is at most 0x8000). The others take stream_line<T>.
+// A set with kTakesNarrowing = true takes stream_line<T, kKnown>, what the caller knows of the
+// values (Narrowing): from kNoLowNan its bf16 rounding keeps the NaNs without its NaN fix-up
+// (their carry out of the low half is at most 0x8000). The others take stream_line<T>. A set
+// with kOrdinaryIsCheaper = true narrows Narrowing::kOrdinary lines for less, enough to pay for
+// proving it once per step (Vec::abs_range).
 template <class V, class = void>
-struct HasPlainRounding : std::false_type {};
+struct TakesNarrowing : std::false_type {};
 template <class V>
-struct HasPlainRounding<V, std::void_t<decltype(V::kHasPlainRounding)>>
-    : std::bool_constant<V::kHasPlainRounding> {};
-template <class T, bool kPlainRounding, class V = Vec>
+struct TakesNarrowing<V, std::void_t<decltype(V::kTakesNarrowing)>>
+    : std::bool_constant<V::kTakesNarrowing> {};
+template <class V, class = void>
+struct OrdinaryIsCheaper : std::false_type {};
+template <class V>
+struct OrdinaryIsCheaper<V, std::void_t<decltype(V::kOrdinaryIsCheaper)>>
+    : std::bool_constant<V::kOrdinaryIsCheaper> {};
+template <class T, Narrowing kKnown, class V = Vec>
 MPG_ALWAYS_INLINE void stream_line_of(T* p, const typename V::F* v) {
-  if constexpr (kPlainRounding && HasPlainRounding<V>::value) {
-    V::template stream_line<T, true>(p, v);
+  if constexpr (kKnown != Narrowing::kAny && TakesNarrowing<V>::value) {
+    V::template stream_line<T, kKnown>(p, v);
   } else {
     V::template stream_line<T>(p, v);
+  }
+}
+template <class V = Vec>
+MPG_ALWAYS_INLINE AbsRange abs_range_of(const float* p, int vectors) {
+  if constexpr (OrdinaryIsCheaper<V>::value) {
+    return V::abs_range(p, vectors);
+  } else {
+    (void)p, (void)vectors;
+    return {};
   }
 }
 
@@ -267,13 +283,14 @@ inline constexpr bool kHalfStepIsLines = (4 * Vec::kLanes * int64_t{sizeof(T)}) 
 // misaligned row costs one more load of g per vector, not a second pass; with kLineAligned
 // (every dX row starts on a line, and a half step is whole lines) the lines are the products'
 // own g * p vectors, which saved that load and 0.04-0.05 of the bf16 op's efficiency
-// (4096 x 8 x 4096, 1 and 2 threads, 2 rounds x 3, 2026-12-05). With kPlainRounding (no g * p is
-// a NaN with low bits) they are narrowed without the NaN fix-up. Leaves each copy's level-3
-// sums in its e.
-template <class T, bool kStream, bool kPlainRounding, bool kLineAligned>
+// (4096 x 8 x 4096, 1 and 2 threads, 2 rounds x 3, 2026-12-05). They are narrowed as kKnown
+// allows (kNoLowNan: no g * p is a NaN with low bits), and as Narrowing::kOrdinary in the steps
+// where products_ordinary proves it from |g|'s range and the weights' (where the set gains from
+// it). Leaves each copy's level-3 sums in its e.
+template <class T, bool kStream, Narrowing kKnown, bool kLineAligned>
 MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, int count,
                                                    const float* g32, WidenAhead<T> widen,
-                                                   int64_t hidden) {
+                                                   int64_t hidden, const WeightRange& weights) {
   using F = typename Vec::F;
   constexpr int64_t kLanes = Vec::kLanes;
   constexpr int64_t kStep = 8 * kLanes;
@@ -281,6 +298,10 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
   static_assert(kStep % kLineColumns == 0, "a step is whole lines of dX");
   static_assert(!kLineAligned || (kStream && kHalfStepIsLines<T>), "lines from the halves");
+  // Ordinary steps proven per step, before the copies: a check per copy and step, or two
+  // copies of the step body under one loop, measured slower than no proof at all.
+  constexpr bool kProveOrdinary = kStream && kKnown == Narrowing::kNoLowNan &&
+                                  std::is_same_v<T, bfloat16> && OrdinaryIsCheaper<Vec>::value;
   const auto widen_step = [widen](int64_t h) {
     if constexpr (Vec::kCopyPrefetchBytes > 0) {
       MPG_UNROLL
@@ -304,8 +325,9 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
       store_scaled<T>(copies[i].dx, g32, Vec::set1(copies[i].p), 0, head[i]);
     }
   }
-  for (int64_t h = 0; h < hidden; h += kStep) {
-    if (widen.from != nullptr && h + kStep < hidden) widen_step(h + kStep);
+  // The copies' step at column h, its dX lines narrowed as kStepKnown.
+  const auto step = [&](int64_t h, auto step_known) {
+    constexpr Narrowing kStepKnown = decltype(step_known)::value;
     for (int i = 0; i < count; ++i) {
       const T* x = copies[i].x;
       T* dx = copies[i].dx;
@@ -332,7 +354,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
         if constexpr (kLineAligned) {
           MPG_UNROLL
           for (int v = 0; v < 4; v += kVectorsPerLine) {
-            stream_line_of<T, kPlainRounding>(dx + h4 + v * kLanes, scaled + v);
+            stream_line_of<T, kStepKnown>(dx + h4 + v * kLanes, scaled + v);
           }
         }
         halves[half] = pair_levels2(products);
@@ -351,9 +373,21 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
           for (int v = 0; v < kVectorsPerLine; ++v) {
             d[v] = Vec::mul(Vec::template load<float>(g32 + c + v * kLanes), pv);
           }
-          stream_line_of<T, kPlainRounding>(dx + c, d);
+          stream_line_of<T, kStepKnown>(dx + c, d);
         }
       }
+    }
+  };
+  using Known = std::integral_constant<Narrowing, kKnown>;
+  using Ordinary = std::integral_constant<Narrowing, Narrowing::kOrdinary>;
+  for (int64_t h = 0; h < hidden; h += kStep) {
+    if (widen.from != nullptr && h + kStep < hidden) widen_step(h + kStep);
+    // A misaligned row's lines of this step start up to a line past it (head[i]).
+    const int proof_vectors = kLineAligned || h + kStep == hidden ? 8 : 8 + kVectorsPerLine;
+    if (kProveOrdinary && products_ordinary(abs_range_of(g32 + h, proof_vectors), weights)) {
+      step(h, Ordinary{});
+    } else {
+      step(h, Known{});
     }
   }
   if constexpr (kStream && !kLineAligned) {
@@ -370,14 +404,16 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
                                             float* tree_values) {
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
     // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN; other
-    // dtypes or sets take kPlainRounding = false in both streamed branches (one instantiation).
-    constexpr bool kMayRoundPlainly = std::is_same_v<T, bfloat16> && HasPlainRounding<Vec>::value;
-    const auto no_nan_weight = [&] {
-      for (int i = 0; i < count; ++i) {
-        if (std::isnan(copies[i].p)) return false;
-      }
-      return true;
-    };
+    // dtypes or sets take Narrowing::kAny in both streamed branches (one instantiation).
+    constexpr Narrowing kWithoutNanWeight = std::is_same_v<T, bfloat16> && TakesNarrowing<Vec>::value
+                                                ? Narrowing::kNoLowNan
+                                                : Narrowing::kAny;
+    WeightRange weights;
+    bool nan_weight = false;
+    for (int i = 0; i < count; ++i) {
+      include_weight(weights, copies[i].p);
+      nan_weight = nan_weight || std::isnan(copies[i].p);
+    }
     const auto line_aligned = [&] {
       for (int i = 0; i < count; ++i) {
         if (elements_before_line(copies[i].dx, hidden) != 0) return false;
@@ -386,16 +422,17 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
     };
     const auto streamed = [&](auto line_aligned_tag) {
       constexpr bool kLineAligned = decltype(line_aligned_tag)::value;
-      if (kMayRoundPlainly && no_nan_weight()) {
-        unpermute_grad_copies_fused<T, true, kMayRoundPlainly, kLineAligned>(copies, count, g32,
-                                                                             widen, hidden);
+      if (kWithoutNanWeight != Narrowing::kAny && !nan_weight) {
+        unpermute_grad_copies_fused<T, true, kWithoutNanWeight, kLineAligned>(
+            copies, count, g32, widen, hidden, weights);
       } else {
-        unpermute_grad_copies_fused<T, true, false, kLineAligned>(copies, count, g32, widen,
-                                                                  hidden);
+        unpermute_grad_copies_fused<T, true, Narrowing::kAny, kLineAligned>(copies, count, g32,
+                                                                            widen, hidden, weights);
       }
     };
     if (!stream) {
-      unpermute_grad_copies_fused<T, false, false, false>(copies, count, g32, widen, hidden);
+      unpermute_grad_copies_fused<T, false, Narrowing::kAny, false>(copies, count, g32, widen,
+                                                                    hidden, weights);
     } else if (kHalfStepIsLines<T> && line_aligned()) {
       // true wherever this runs; where kHalfStepIsLines<T> is false, no aligned pass is compiled
       streamed(std::bool_constant<kHalfStepIsLines<T>>{});

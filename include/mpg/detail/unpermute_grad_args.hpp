@@ -2,7 +2,10 @@
 #include "mpg/detail/guard.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 
 // What the MoeTokenUnpermuteGrad kernels (kernel_unpermute_grad_body.hpp, compiled per ISA
 // like kernel_body.hpp) need that does not depend on the ISA: their arguments, their signature
@@ -54,6 +57,39 @@ inline int64_t tree_fold_half(int64_t n) {
 // Floats of scratch the tree works in for a row of `length` values (short rows are padded).
 inline int64_t tree_scratch_floats(int64_t length) {
   return std::max<int64_t>(length, 64);
+}
+
+// Whether every product g * p of a fused step is ordinary (neither NaN nor subnormal), so that
+// its dX lines can be narrowed as Narrowing::kOrdinary: decided from the range of |g| over the
+// step and that of the group's weights, not per product. fl(|g| * |p|) does not decrease as
+// either grows, so the smallest nonzero |g| times the smallest nonzero |p| bounds every nonzero
+// product from below.
+struct AbsRange {  // of some fp32 values, as bits: unsigned order is |v|'s, NaNs above infinity
+  uint32_t max_bits = 0;
+  uint32_t min_nonzero_bits = 0;  // 0 when every value is zero
+};
+struct WeightRange {
+  bool all_finite = true;
+  bool any_zero = false;
+  float min_nonzero_abs = std::numeric_limits<float>::infinity();  // inf when every p is zero
+};
+inline void include_weight(WeightRange& range, float p) {
+  if (!std::isfinite(p)) {
+    range.all_finite = false;
+  } else if (p == 0.0f) {
+    range.any_zero = true;
+  } else {
+    range.min_nonzero_abs = std::min(range.min_nonzero_abs, std::fabs(p));
+  }
+}
+inline bool products_ordinary(const AbsRange& g, const WeightRange& p) {
+  constexpr uint32_t kInfinityBits = 0x7F800000u;
+  if (g.max_bits > kInfinityBits || !p.all_finite) return false;  // NaN or inf * 0 possible
+  if (p.any_zero && g.max_bits == kInfinityBits) return false;    // inf * 0
+  if (g.min_nonzero_bits == 0 || std::isinf(p.min_nonzero_abs)) return true;  // +-0 (or inf)
+  float g_min = 0.0f;
+  std::memcpy(&g_min, &g.min_nonzero_bits, sizeof(g_min));
+  return g_min * p.min_nonzero_abs >= std::numeric_limits<float>::min();
 }
 
 }  // namespace mpg::detail
