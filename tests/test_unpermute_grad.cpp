@@ -572,14 +572,14 @@ TEST(UnpermuteGradSpecials, StreamedNarrowingAtTheEdgesOfOrdinaryProducts) {
     if (!mpg_test::path_supported(path)) continue;
     for (const int64_t hidden : {64, 512, 4096}) {
       for (const int layout : {0, 1, 2}) {
-        SCOPED_TRACE(testing::Message() << mpg_test::path_name(path) << ", H = " << hidden
-                                        << ", layout = " << layout);
+        SCOPED_TRACE(testing::Message()
+                     << mpg_test::path_name(path) << ", H = " << hidden << ", layout = " << layout);
         std::mt19937_64 rng(12);
         Call<bfloat16, float, int32_t> want(8, 4, hidden, true, rng, layout);
         const auto weights = [&](int64_t t, std::array<float, 4> p) {
           for (int64_t k = 0; k < 4; ++k) want.probs.at(t, k) = p[static_cast<size_t>(k)];
         };
-        const int64_t lane = hidden / 2 + 3;  // inside a step past the first
+        const int64_t lane = hidden / 2 + 3;                    // inside a step past the first
         want.g.at(0, lane) = bfloat16(std::ldexp(1.0f, -100));  // * 2^-30: subnormal
         weights(0, {std::ldexp(1.0f, -30), 1.0f, -1.0f, 0.5f});
         want.g.at(1, lane) = bfloat16(two_m63);  // * 2^-63 = the smallest normal: ordinary
@@ -591,7 +591,7 @@ TEST(UnpermuteGradSpecials, StreamedNarrowingAtTheEdgesOfOrdinaryProducts) {
         for (int64_t j = 0; j < hidden; j += 2) want.g.at(4, j) = bfloat16(0.0f);  // * inf: NaN
         weights(4, {1.0f, -inf, -1.0f, 0.5f});
         for (int64_t j = 0; j < hidden; ++j) want.g.at(5, j) = bfloat16(j % 3 == 0 ? -0.0f : 0.0f);
-        weights(5, {1.0f, -2.0f, 0.0f, 0.5f});  // every product +-0
+        weights(5, {1.0f, -2.0f, 0.0f, 0.5f});                  // every product +-0
         want.g.at(6, lane) = bfloat16(std::ldexp(1.0f, -130));  // a subnormal g, * 2^4: normal
         weights(6, {std::ldexp(1.0f, 10), std::ldexp(1.0f, 4), 64.0f, -32.0f});
         weights(7, {-0.0f, 1.0f, 2.0f, 3.0f});

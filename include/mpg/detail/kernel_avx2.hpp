@@ -145,8 +145,8 @@ struct Vec {
   template <class T, Narrowing kKnown = Narrowing::kAny>
   MPG_ALWAYS_INLINE static __m256i narrow16(F a, F b) {
     if constexpr (std::is_same_v<T, bfloat16>) {
-      const bool any_nan = kKnown == Narrowing::kAny &&
-                           _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
+      const bool any_nan =
+          kKnown == Narrowing::kAny && _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q)) != 0;
       const __m256i packed = any_nan
                                  ? _mm256_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
                                  : _mm256_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));

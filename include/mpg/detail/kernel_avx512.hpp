@@ -108,7 +108,13 @@ MPG_END_TARGET
 //   -march=native, bf16 4096 x 8 x 4096, 2 interleaved rounds of 3, efficiency 1 | 2 threads:
 //   0.78 | 0.76-0.77 with the integer rounding, 0.79-0.80 | 0.77-0.81 with VCVTNE2PS2BF16 and
 //   its VFPCLASSPS guard, 0.80 | 0.79-0.80 without the guard (wrong bits): the guard costs
-//   nothing measurable.
+//   nothing measurable there. On the Zen 5 guest (2026-12-07, -O2 with dispatch, interleaved
+//   rounds of 3) it cost 0.06-0.08: 0.87 | 0.82 with it, 0.94 | 0.90 without (6 rounds). One
+//   guard per 4 vectors (VFPCLASSPS kept, one branch) gained nothing, so the VFPCLASSPS itself
+//   costs. Proving the products ordinary per copy and step (two copies of the step body, a
+//   branch per copy) gave 0.88 | 0.84; once per step for all copies (products_ordinary, kept)
+//   0.91 | 0.88 against 0.82 | 0.81 with the guard and 0.90 | 0.88 without it (3 rounds;
+//   median op time 21.2 | 11.7 ms against 24.7 | 12.9 ms).
 // - The pair tree through pair_add (two cross-block permutes per level): a pair_levels2 of
 //   in-block shuffles with one permute stage at level 3, as the AVX2 set has, gave the same bits
 //   and no gain on the Zen 5 guest (2026-12-06, bench_token_unpermute_grad -O2, 3 interleaved

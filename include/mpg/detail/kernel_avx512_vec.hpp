@@ -119,8 +119,7 @@ struct Vec {
           return bf16_bits(_mm512_cvtne2ps_pbh(b, a));  // b goes to the high half
         }
       }
-      const bool any_nan =
-          kKnown == Narrowing::kAny && _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0;
+      const bool any_nan = kKnown == Narrowing::kAny && _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q) != 0;
       const __m512i packed = any_nan
                                  ? _mm512_packus_epi32(narrow_bf16_epi32(a), narrow_bf16_epi32(b))
                                  : _mm512_packus_epi32(round_bf16_epi32(a), round_bf16_epi32(b));

@@ -405,9 +405,9 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
     // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN; other
     // dtypes or sets take Narrowing::kAny in both streamed branches (one instantiation).
-    constexpr Narrowing kWithoutNanWeight = std::is_same_v<T, bfloat16> && TakesNarrowing<Vec>::value
-                                                ? Narrowing::kNoLowNan
-                                                : Narrowing::kAny;
+    constexpr Narrowing kWithoutNanWeight =
+        std::is_same_v<T, bfloat16> && TakesNarrowing<Vec>::value ? Narrowing::kNoLowNan
+                                                                  : Narrowing::kAny;
     WeightRange weights;
     bool nan_weight = false;
     for (int i = 0; i < count; ++i) {
