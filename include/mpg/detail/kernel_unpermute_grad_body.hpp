@@ -298,8 +298,8 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
   static_assert(kStep % kLineColumns == 0, "a step is whole lines of dX");
   static_assert(!kLineAligned || (kStream && kHalfStepIsLines<T>), "lines from the halves");
-  // Ordinary steps proven per step, before the copies: a check per copy and step, or two
-  // copies of the step body under one loop, measured slower than no proof at all.
+  // Ordinary products proven once per step for all the copies: a check per copy and step (two
+  // copies of the copy's body in the loop) gained less (see kernel_avx512.hpp's notes).
   constexpr bool kProveOrdinary = kStream && kKnown == Narrowing::kNoLowNan &&
                                   std::is_same_v<T, bfloat16> && OrdinaryIsCheaper<Vec>::value;
   const auto widen_step = [widen](int64_t h) {
@@ -378,17 +378,17 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
       }
     }
   };
-  using Known = std::integral_constant<Narrowing, kKnown>;
-  using Ordinary = std::integral_constant<Narrowing, Narrowing::kOrdinary>;
   for (int64_t h = 0; h < hidden; h += kStep) {
     if (widen.from != nullptr && h + kStep < hidden) widen_step(h + kStep);
-    // A misaligned row's lines of this step start up to a line past it (head[i]).
-    const int proof_vectors = kLineAligned || h + kStep == hidden ? 8 : 8 + kVectorsPerLine;
-    if (kProveOrdinary && products_ordinary(abs_range_of(g32 + h, proof_vectors), weights)) {
-      step(h, Ordinary{});
-    } else {
-      step(h, Known{});
+    if constexpr (kProveOrdinary) {
+      // A misaligned row's lines of this step start up to a line past it (head[i]).
+      const int proof_vectors = kLineAligned || h + kStep == hidden ? 8 : 8 + kVectorsPerLine;
+      if (products_ordinary(abs_range_of(g32 + h, proof_vectors), weights)) {
+        step(h, std::integral_constant<Narrowing, Narrowing::kOrdinary>{});
+        continue;
+      }
     }
+    step(h, std::integral_constant<Narrowing, kKnown>{});
   }
   if constexpr (kStream && !kLineAligned) {
     for (int i = 0; i < count; ++i) {
