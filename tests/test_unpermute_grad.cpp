@@ -412,9 +412,13 @@ using SweepParam = std::tuple<int, DType, DType, IndexType>;
 class UnpermuteGradSweep : public ::testing::TestWithParam<SweepParam> {};
 
 // The kernel of the path's kernel set called directly with streaming_stores on (the library
-// turns them on only from kStreamingStoreBytes of dX, far above the sweep's shapes).
+// turns them on only from kStreamingStoreBytes of dX, far above the sweep's shapes), on want's
+// inputs with outputs back to the sentinel.
 template <class T, class P, class I>
-void expect_streamed_kernel_matches(Call<T, P, I>& got, const Call<T, P, I>& want, PathCase path) {
+void expect_streamed_kernel_matches(const Call<T, P, I>& want, PathCase path) {
+  Call<T, P, I> got = want;
+  got.dx.buffer().fill_sentinel();
+  got.dp.buffer().fill_sentinel();
   mpg::detail::UnpermuteGradArgs<T, P, I> a;
   const auto x = got.x.const_view();
   const auto g = got.g.const_view();
@@ -483,10 +487,7 @@ void sweep(PathCase path) {
       if (want.with_probs) {  // and the kernel with streaming dX stores (used from 8 MiB of dX)
         SCOPED_TRACE(testing::Message() << "H = " << hidden << ", K = " << want.topk
                                         << ", layout = " << layout << ", streaming stores");
-        Call<T, P, I> got = want;
-        got.dx.buffer().fill_sentinel();
-        got.dp.buffer().fill_sentinel();
-        expect_streamed_kernel_matches(got, want, path);
+        expect_streamed_kernel_matches(want, path);
         if (testing::Test::HasFailure()) return;
       }
     }
@@ -544,10 +545,7 @@ void expect_streamed_specials_match(PathCase path) {
       for (int64_t j = 0; j < hidden; ++j) want.g.at(5, j) = T(j % 2 == 0 ? 1.0f : -1.0f);
       want.probs.at(5, 0) = round_up;
       ASSERT_TRUE(want.run(mpg_test::path_options(mpg_test::kReferencePath)).ok());
-      Call<T, float, int32_t> got = want;
-      got.dx.buffer().fill_sentinel();
-      got.dp.buffer().fill_sentinel();
-      expect_streamed_kernel_matches(got, want, path);
+      expect_streamed_kernel_matches(want, path);
     }
   }
 }
@@ -599,10 +597,7 @@ TEST(UnpermuteGradSpecials, StreamedNarrowingAtTheEdgesOfOrdinaryProducts) {
         // The proof's edges are visible in the result: a subnormal dX where a flush would give 0.
         const float subnormal = static_cast<float>(want.dx.at(want.s[0], lane));
         ASSERT_EQ(std::fpclassify(subnormal), FP_SUBNORMAL);
-        Call<bfloat16, float, int32_t> got = want;
-        got.dx.buffer().fill_sentinel();
-        got.dp.buffer().fill_sentinel();
-        expect_streamed_kernel_matches(got, want, path);
+        expect_streamed_kernel_matches(want, path);
         if (testing::Test::HasFailure()) return;
       }
     }
