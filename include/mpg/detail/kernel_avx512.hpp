@@ -93,7 +93,11 @@ MPG_END_TARGET
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
 //   0.70 0.69, 1024 0.67 0.69, 2048 0.65-0.66 0.66-0.70, 4096 0.62 0.67, 8192 0.57 0.58, none
 //   0.45 0.48; fp32 8192 x 2 x 4096 flat from 512 to 2048 (0.90-0.93). The plateau's middle,
-//   as the AVX2 set's.
+//   as the AVX2 set's. On the Zen 5 guest (2026-12-07, -O2 with dispatch, with the VFPCLASSPS
+//   guard of that day), bf16 1 | 2 threads, medians of 3 rounds x 3: 1024 0.89 | 0.87, 3072
+//   0.78 | 0.77, 4096 0.95 | 0.89, 8192 0.81 | 0.75; a second sweep of 2 rounds: 1024 0.88 |
+//   0.85, 2048 0.85 | 0.80, 3072 0.70 | 0.72, 4096 0.89 | 0.82, 5120 0.78 | 0.72, 6144 0.76 |
+//   0.71. Not monotonic, 4096 ahead on one thread only, and last on the Xeon: 1024 stays.
 // - kBlockVectors = 8: 8 independent sums cover the add latency when rows come from cache.
 //   Longer runs per row lose: each row's next 1024, 2048 or 4096 columns summed into an fp32
 //   buffer in L1 before the next row's (2026-12-06, bench_permute_grad -march=native, bf16
