@@ -86,7 +86,7 @@ inline bool products_ordinary(const AbsRange& g, const WeightRange& p) {
   constexpr uint32_t kInfinityBits = 0x7F800000u;
   if (g.max_bits > kInfinityBits || !p.all_finite) return false;  // NaN or inf * 0 possible
   if (p.any_zero && g.max_bits == kInfinityBits) return false;    // inf * 0
-  if (g.min_nonzero_bits == 0 || std::isinf(p.min_nonzero_abs)) return true;  // +-0 (or inf)
+  if (g.min_nonzero_bits == 0 || std::isinf(p.min_nonzero_abs)) return true;  // all +-0
   float g_min = 0.0f;
   std::memcpy(&g_min, &g.min_nonzero_bits, sizeof(g_min));
   return g_min * p.min_nonzero_abs >= std::numeric_limits<float>::min();
