@@ -203,6 +203,12 @@ MPG_ALWAYS_INLINE void prefetch_step(const unsigned char* p) {
   }
 }
 
+// The bare gather of bench_bandwidth's BM_Gather rows (yardstick_body.hpp's gather_lines) reads
+// as permute_grad's walk does for bf16 (detail/kernel_body.hpp): steps of 8 vectors of 16 bf16
+// across the K rows, the in-row prefetch distance of the AVX-512 sets.
+inline constexpr int64_t kGatherStepBytes = 4 * kLine;
+inline constexpr int64_t kGatherPrefetchBytes = 1024;
+
 // The line operations of each ISA; yardstick_body.hpp builds the chunk loop from them. The
 // value written is arbitrary (bf16 1.0 pairs).
 namespace portable {
@@ -315,6 +321,22 @@ inline uint64_t move_chunk(Kernels k, const Plan& plan, const unsigned char* in,
 #endif
   (void)k;
   return portable::move_chunk(plan, in, n, out, w);
+}
+
+// The bare gather (bench_bandwidth's BM_Gather rows) by the ISA's loop (yardstick_body.hpp).
+inline uint64_t gather_lines(Kernels k, const unsigned char* const* rows, const int32_t* kept,
+                             int64_t topk, int64_t row_bytes, int64_t token_begin,
+                             int64_t token_end, unsigned char* out) {
+#if MPG_BENCH_X86
+  if (k == Kernels::kAvx512) {
+    return avx512::gather_lines(rows, kept, topk, row_bytes, token_begin, token_end, out);
+  }
+  if (k == Kernels::kAvx2) {
+    return avx2::gather_lines(rows, kept, topk, row_bytes, token_begin, token_end, out);
+  }
+#endif
+  (void)k;
+  return portable::gather_lines(rows, kept, topk, row_bytes, token_begin, token_end, out);
 }
 
 // [begin, end) of chunk i of n over `bytes`, cut at multiples of `unit`.

@@ -60,4 +60,37 @@ inline uint64_t move_chunk(const Plan& plan, const unsigned char* in, int64_t n,
                          : move_lines<false, false>(in, n, plan.streams, out, w);
 }
 
+// Not the yardstick: the bare gather of bench_bandwidth's BM_Gather rows. Tokens
+// [token_begin, token_end), each gathering its kept[t] rows (rows[t * topk + j], row_bytes
+// long, a multiple of kGatherStepBytes) in steps of kGatherStepBytes across the rows, with a
+// prefetch kGatherPrefetchBytes ahead in each row, and streaming the step's lines to its out
+// row: the access pattern of permute_grad's walk, without conversions or arithmetic.
+inline uint64_t gather_lines(const unsigned char* const* rows, const int32_t* kept, int64_t topk,
+                             int64_t row_bytes, int64_t token_begin, int64_t token_end,
+                             unsigned char* out) {
+  constexpr int kLines = static_cast<int>(kGatherStepBytes / kLine);
+  Acc acc[kLines];
+  MPG_UNROLL
+  for (Acc& a : acc) a = zero();
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    const unsigned char* const* token_rows = rows + t * topk;
+    unsigned char* out_row = out + t * row_bytes;
+    for (int64_t c = 0; c < row_bytes; c += kGatherStepBytes) {
+      for (int32_t j = 0; j < kept[t]; ++j) {
+        const unsigned char* q = token_rows[j] + c;
+        MPG_UNROLL
+        for (int l = 0; l < kLines; ++l) __builtin_prefetch(q + kGatherPrefetchBytes + l * kLine);
+        MPG_UNROLL
+        for (int l = 0; l < kLines; ++l) acc[l] = add_line(acc[l], q + l * kLine);
+      }
+      MPG_UNROLL
+      for (int j = 0; j < kLines; ++j) stream_line(out_row + c + j * kLine);
+    }
+  }
+  fence();
+  uint64_t sum = 0;
+  for (const Acc& a : acc) sum += lanes_sum(a);
+  return sum;
+}
+
 }  // namespace mpg::bench::detail::MPG_BENCH_YARDSTICK_NAMESPACE
