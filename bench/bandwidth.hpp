@@ -16,10 +16,13 @@
 // (OpenMP was not used: its threads spin after a region and would steal the CPU from the op's
 // pool, which runs right after it). Its buffers are allocated and touched once, outside the timed
 // loop, in pages of the same size as the op's (see PAGES). It has no gather, no conversion and no
-// arithmetic worth the name: an op cannot beat it by much, and
+// arithmetic worth the name, and
 //     efficiency = yardstick time / op time   (same bytes, same thread count, same run)
-// is the share of the machine's plain streaming bandwidth the op reaches. The yardstick is
-// timed right before each op call (interleaved), so load from other processes hits both.
+// is the share of the machine's plain streaming bandwidth the op reaches. It is not a bound on
+// every access pattern: on the Zen 5 guest of 2026-12-07, 8 gathered rows per thread moved the
+// same bytes 9-17% faster on 2 threads (bench_bandwidth's BM_Gather rows), so an op may read
+// above 1 there. The yardstick is timed right before each op call (interleaved), so load from
+// other processes hits both.
 //
 // HOW TO ADD AN OP'S ROWS (bench/bench_<op>.cpp):
 //
