@@ -20,9 +20,9 @@
 //     efficiency = yardstick time / op time   (same bytes, same thread count, same run)
 // is the share of the machine's plain streaming bandwidth the op reaches. It is not a bound on
 // every access pattern: on the Zen 5 guest of 2026-12-07, 8 gathered rows per thread moved the
-// same bytes 9-17% faster on 2 threads (bench_bandwidth's BM_Gather rows), so an op may read
-// above 1 there. The yardstick is timed right before each op call (interleaved), so load from
-// other processes hits both.
+// same bytes 8-22% faster than the kept plan on 2 threads (bench_bandwidth's BM_Gather rows), so
+// an op may read above 1 there. The yardstick is timed right before each op call (interleaved),
+// so load from other processes hits both.
 //
 // HOW TO ADD AN OP'S ROWS (bench/bench_<op>.cpp):
 //
