@@ -217,16 +217,24 @@ struct RandomWeights {
   std::vector<half> f16;
   std::vector<bfloat16> bf16;
 
-  RandomWeights(std::mt19937_64& rng, mpg::DType dtype_, int64_t tokens, int64_t topk)
+  // exact_products: router-like weights, +-[2^-9, 1) and zeros, no NaN: in fp16 or bf16 their
+  // products with fp16 or bf16 tokens are exact (product_is_exact), so the kernels may fuse.
+  RandomWeights(std::mt19937_64& rng, mpg::DType dtype_, int64_t tokens, int64_t topk,
+                bool exact_products = false)
       : dtype(dtype_), row_stride(topk + 2) {
     const auto n = static_cast<size_t>(tokens * row_stride);
     for (size_t i = 0; i < n; ++i) {
       const int kind = std::uniform_int_distribution<int>(0, 23)(rng);
       float v = mpg_test::random_value<float>(rng, mpg_test::Values::kNormal);
-      if (kind < 2) v = 0.0f;
-      if (kind >= 2 && kind < 4) v = -0.0f;
-      if (kind == 4) v = NAN;
-      if (kind == 5) v = 1e-40f;  // a float subnormal; 0 or subnormal after narrowing
+      if (exact_products) {
+        v = std::uniform_real_distribution<float>(0x1p-9f, 1.0f)(rng) * (kind % 2 ? -1.0f : 1.0f);
+        if (kind < 2) v = 0.0f;
+      } else {
+        if (kind < 2) v = 0.0f;
+        if (kind >= 2 && kind < 4) v = -0.0f;
+        if (kind == 4) v = NAN;
+        if (kind == 5) v = 1e-40f;  // a float subnormal; 0 or subnormal after narrowing
+      }
       f32.push_back(v);
       f16.push_back(half(v));
       bf16.push_back(bfloat16(v));
@@ -324,13 +332,13 @@ struct Shape {
 // threads) must have the reference's bits and leave the guards and row gaps alone.
 template <class T, class I, Mode M, Order O, bool kWeighted>
 void expect_matches_reference(Isa isa, Shape shape, mpg::DType weight_dtype, bool streaming,
-                              int num_threads, std::mt19937_64& rng) {
+                              int num_threads, std::mt19937_64& rng, bool exact_products = false) {
   const Layout layout = shape.layout;
   const int64_t stride = shape.hidden + layout.padding;
   const auto routing = mpg_test::make_routing<I>(rng, M, shape.tokens, shape.topk, shape.topk + 3);
   GuardedMatrix<T> grad(routing.grad_rows, shape.hidden, stride, layout.misaligned);
   mpg_test::fill_random(grad, rng, mpg_test::Values::kWithSpecials);
-  const RandomWeights weights(rng, weight_dtype, shape.tokens, shape.topk);
+  const RandomWeights weights(rng, weight_dtype, shape.tokens, shape.topk, exact_products);
   const WeightsView w = kWeighted ? weights.view() : WeightsView{};
   GuardedMatrix<T> want(shape.tokens, shape.hidden, stride, layout.misaligned);
   GuardedMatrix<T> got(shape.tokens, shape.hidden, stride, layout.misaligned);
@@ -444,6 +452,99 @@ TEST_P(Kernels, TopKMatchesReference) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// Weights whose products with the tokens are exact, so that the sets with a fused multiply-add
+// use it (sum_group's kFused): the bits are still the reference's, around the block widths,
+// misaligned and strided, streamed or not, every K up to 9.
+TEST_P(Kernels, FusedWeightedSumsMatchReference) {
+  std::mt19937_64 rng(17);
+  int i = 0;
+  for (int64_t hidden : {128, 129, 255, 256, 300, 1031}) {
+    for (Layout layout : {Layout{false, 0}, Layout{true, 5}}) {
+      for (bool streaming : {false, true}) {
+        const Shape shape{5, 1 + i % 9, hidden, layout};
+        const mpg::DType weight_dtype = i % 2 ? mpg::DType::kFloat16 : mpg::DType::kBFloat16;
+        expect_matches_reference<half, int32_t, Mode::kDropless, Order::kSequential, true>(
+            GetParam(), shape, weight_dtype, streaming, 0, rng, true);
+        expect_matches_reference<bfloat16, int64_t, Mode::kPadded, Order::kSequential, true>(
+            GetParam(), shape, weight_dtype, streaming, 0, rng, true);
+        ++i;
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// product_is_exact at its edges, worked by hand (fp16: 11 significant bits, smallest subnormal
+// 2^-24, largest 65504 = 2^16 - 2^5; bf16: 8 bits, 2^-133, 2^128 - 2^120; fp32: 24 bits,
+// 2^-149, 2^128 - 2^104).
+TEST(ProductIsExact, Edges) {
+  using mpg::detail::product_is_exact;
+  // fp16: 13 bits of w at most; w's lowest bit at 2^-125 or above; |w| * 65504 <= FLT_MAX.
+  EXPECT_TRUE(product_is_exact<half>(1.0f + 0x1p-12f));
+  EXPECT_FALSE(product_is_exact<half>(1.0f + 0x1p-13f));
+  EXPECT_TRUE(product_is_exact<half>(-0x1p-125f));
+  EXPECT_FALSE(product_is_exact<half>(0x1p-126f));
+  EXPECT_FALSE(product_is_exact<half>(0x1p-149f));  // an fp32 subnormal
+  EXPECT_TRUE(product_is_exact<half>(0x1p112f));    // (2^16 - 2^5) * 2^112 <= 2^128 - 2^104
+  EXPECT_FALSE(product_is_exact<half>(0x1p113f));
+  EXPECT_FALSE(product_is_exact<half>(0x1.8p112f));
+  // bf16: 16 bits of w at most; w's lowest bit at 2^-16 or above; |w| * (2^128 - 2^120) <= FLT_MAX.
+  EXPECT_TRUE(product_is_exact<bfloat16>(1.0f + 0x1p-15f));
+  EXPECT_FALSE(product_is_exact<bfloat16>(1.0f + 0x1p-16f));
+  EXPECT_TRUE(product_is_exact<bfloat16>(0x1p-16f));
+  EXPECT_FALSE(product_is_exact<bfloat16>(0x1p-17f));
+  EXPECT_TRUE(product_is_exact<bfloat16>(0x1p-9f));  // the smallest bf16 weight that passes
+  EXPECT_FALSE(product_is_exact<bfloat16>(2.0f));
+  for (float w : {0.0f, -0.0f, INFINITY, -INFINITY, NAN}) {
+    EXPECT_FALSE(product_is_exact<half>(w)) << w;
+    EXPECT_FALSE(product_is_exact<bfloat16>(w)) << w;
+  }
+  EXPECT_FALSE(product_is_exact<float>(1.0f));  // fp32 tokens: never
+}
+
+// Soundness, independently of how product_is_exact decides: for weights it accepts (drawn from
+// every fp16 and bf16 value, and random fp32 values of few bits), every finite x of T times w
+// in fp32 equals the product in fp64 (exact there: 24 + 24 < 53 bits).
+template <class T>
+void expect_accepted_products_exact(std::mt19937_64& rng) {
+  std::vector<float> accepted;
+  for (uint32_t b = 0; b < 0x10000u; b += 7) {
+    const auto w16 = static_cast<uint16_t>(b);
+    float w = 0.0f;
+    if (std::is_same_v<T, half>) {
+      w = static_cast<float>(Eigen::numext::bit_cast<half>(w16));
+    } else {
+      w = static_cast<float>(Eigen::numext::bit_cast<bfloat16>(w16));
+    }
+    if (mpg::detail::product_is_exact<T>(w)) accepted.push_back(w);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    const int bits = std::uniform_int_distribution<int>(1, 24)(rng);
+    const int exponent = std::uniform_int_distribution<int>(-149, 127)(rng);
+    const auto significand = static_cast<float>(
+        std::uniform_int_distribution<uint32_t>(0, (1u << bits) - 1)(rng) | (1u << (bits - 1)));
+    const float w = std::ldexp(significand, exponent - bits + 1);
+    if (std::isfinite(w) && w != 0.0f && mpg::detail::product_is_exact<T>(w)) accepted.push_back(w);
+  }
+  ASSERT_GT(accepted.size(), 300u);  // bf16: exponents -9 to 0 pass, about 370 of the values
+  for (uint32_t b = 0; b < 0x10000u; ++b) {
+    const auto x = Eigen::numext::bit_cast<T>(static_cast<uint16_t>(b));
+    const auto xf = static_cast<float>(x);
+    if (!std::isfinite(xf)) continue;
+    for (float w : accepted) {
+      const float product = mpg::detail::product_fp32(xf, w);
+      ASSERT_EQ(static_cast<double>(product), static_cast<double>(xf) * static_cast<double>(w))
+          << "x bits " << b << " w " << w;
+    }
+  }
+}
+
+TEST(ProductIsExact, AcceptedProductsAreExact) {
+  std::mt19937_64 rng(19);
+  expect_accepted_products_exact<half>(rng);
+  expect_accepted_products_exact<bfloat16>(rng);
 }
 
 // Through fast_gather_sum: the thread partition never changes the bits.

@@ -150,6 +150,48 @@ TEST_P(UnpermuteHandWorked, EveryTokenAndProbsDtypePair) {
   expect_mixed<bfloat16, bfloat16>(options());
 }
 
+// Where the fast path adds a weighted copy with a fused multiply-add (AVX-512, when every weight
+// of the token makes exact products with the tokens' dtype), the bits must stay those of the
+// rounded product then the add. Each token is two copies over 300 columns (whole blocks and a
+// tail); copy 0 assigns x0 * w0 exactly, copy 1 adds x1 * w1:
+//   fp16, w1 = -(1 + 2^-14) (15 bits, not exact with fp16's 11): x = 1 + 2^-10 for both copies,
+//     x1 * w1 = -(1 + 2^-10 + 2^-14 + 2^-24) rounds (tie, even) to -(1 + 2^-10 + 2^-14), so
+//     out = -2^-14; a fused add would keep the 2^-24: -(2^-14 + 2^-24), an fp16 too.
+//   fp16, w1 = -(1 + 2^-12) (13 bits: exact): out = -(2^-12 + 2^-22), either way.
+//   bf16, x0 = 2^-126, w0 = 2^-8 + 2^-23 (16 bits, lowest bit 2^-23: not exact for bf16's
+//     2^-133), x1 = 2^-133, w1 = -2^-17: x0 * w0 = 2^-134 + 2^-149, x1 * w1 = -2^-150 rounds
+//     (tie, even) to -0, so out = bf16(2^-134 + 2^-149) = 2^-133 (above the tie); fused, the sum
+//     rounds to 2^-134 (tie, even) and then to bf16 +0 (tie, even).
+//   bf16, x = 1.5, w0 = 1, w1 = -(1 + 2^-15) (16 bits, lowest 2^-15: exact):
+//     out = -(2^-15 + 2^-16), either way.
+template <class T>
+void expect_two_copies(const mpg::Options& options, float x0, float w0, float x1, float w1,
+                       float want) {
+  const int64_t hidden = 300;
+  GuardedMatrix<T> tokens(2, hidden);
+  fill_rows(tokens, {x0, x1});
+  ASSERT_EQ(static_cast<float>(tokens.at(0, 0)), x0);
+  ASSERT_EQ(static_cast<float>(tokens.at(1, 0)), x1);
+  GuardedMatrix<float> probs(1, 2);
+  probs.at(0, 0) = w0;
+  probs.at(0, 1) = w1;
+  GuardedMatrix<T> out(1, hidden);
+  const mpg::Status s = run_unpermute(tokens, std::vector<int32_t>{0, 1}, probs, out, options);
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (int64_t h = 0; h < hidden; ++h) ASSERT_EQ(bits_of(out.at(0, h)), bits_of(T(want))) << h;
+}
+
+TEST_P(UnpermuteHandWorked, FusedOnlyWhereTheProductIsExact) {
+  const float x = 1.0f + 0x1p-10f;
+  expect_two_copies<half>(options(), x, 1.0f, x, -(1.0f + 0x1p-14f), -0x1p-14f);
+  expect_two_copies<half>(options(), x, 1.0f, x, -(1.0f + 0x1p-12f), -(0x1p-12f + 0x1p-22f));
+  ASSERT_NE(bits_of(half(-0x1p-14f)), bits_of(half(-(0x1p-14f + 0x1p-24f))));  // it can tell
+  expect_two_copies<bfloat16>(options(), 0x1p-126f, 0x1p-8f + 0x1p-23f, 0x1p-133f, -0x1p-17f,
+                              0x1p-133f);
+  expect_two_copies<bfloat16>(options(), 1.5f, 1.0f, 1.5f, -(1.0f + 0x1p-15f),
+                              -(0x1p-15f + 0x1p-16f));
+}
+
 // Without probs K = 1: out[i] = S[i] < R ? X[S[i]] : +0.0. R = 3 rows: 7, -0.0, -3.
 TEST_P(UnpermuteHandWorked, WithoutProbsGathersKeptRows) {
   const int64_t hidden = 40;

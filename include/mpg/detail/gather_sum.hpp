@@ -96,6 +96,43 @@ inline float weight_at(const WeightsView& w, int64_t token, int64_t k) {
   return static_cast<const float*>(w.data)[i];
 }
 
+// Whether x * w is exact in fp32 for every finite x of type T, so that a fused multiply-add
+// acc + x * w (one rounding) gives the contract's acc + fp32(x * w) bit for bit (a NaN aside,
+// whose payload is unspecified). It is when the product needs at most 24 significant bits (T's
+// significand and w's), its lowest bit is no finer than fp32's smallest subnormal (2^-149) and it
+// cannot overflow. Router probabilities in fp16 (11 bits) or bf16 (8 bits) usually pass for fp16
+// and bf16 tokens; fp32 ones (24 bits) and fp32 tokens never do.
+template <class T>
+bool product_is_exact(float w) {
+  if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+    constexpr bool kHalf = std::is_same_v<T, half>;
+    constexpr int kSignificandBits = kHalf ? 11 : 8;
+    constexpr int kLowestBitExponent = kHalf ? -24 : -133;  // T's smallest subnormal
+    constexpr double kLargest = kHalf ? 65504.0 : 0x1.FEp127;
+    if (!std::isfinite(w) || w == 0.0f) return false;
+    uint32_t bits = 0;
+    std::memcpy(&bits, &w, sizeof(bits));
+    const auto biased_exponent = static_cast<int>((bits >> 23) & 0xFFu);
+    uint32_t significand = bits & 0x7FFFFFu;
+    int lowest = -149;  // the exponent of significand's bit 0
+    if (biased_exponent != 0) {
+      significand |= 0x800000u;
+      lowest = biased_exponent - 150;
+    }
+    while ((significand & 1u) == 0) {
+      significand >>= 1;
+      ++lowest;
+    }
+    int span = 0;  // significant bits of w, from its lowest set bit to its highest
+    for (; significand != 0; significand >>= 1) ++span;
+    return span + kSignificandBits <= 24 && lowest + kLowestBitExponent >= -149 &&
+           std::fabs(static_cast<double>(w)) * kLargest <= 0x1.FFFFFEp127;
+  } else {
+    (void)w;
+    return false;
+  }
+}
+
 // What every fast kernel needs for a range of tokens. Inputs are validated; offsets are int64.
 template <class T, class I>
 struct GatherSumArgs {
@@ -149,6 +186,7 @@ class TokenPlan {
   void gather(const GatherSumArgs<T, I>& a, int64_t token) {
     const I* s = a.indices + token * a.topk;
     count_ = 0;
+    products_exact_ = true;
     const auto add_if_kept = [&](int64_t k) {
       if (!ModeTraits<M>::kept(s[k], a.grad_rows)) return false;
       float w = 1.0f;
@@ -158,6 +196,7 @@ class TokenPlan {
       }
       rows_[count_] = a.grad + static_cast<int64_t>(s[k]) * a.grad_stride;
       weights_[count_] = w;
+      if constexpr (kWeighted) products_exact_ = products_exact_ && product_is_exact<T>(w);
       ++count_;
       return true;
     };
@@ -187,6 +226,8 @@ class TokenPlan {
   int64_t group_end(int64_t g) const { return group_begin_[g + 1]; }
   // Whether rows()[group_begin(g)] is the group's leading copy and so starts the sum.
   bool assigns(int64_t g) const { return assigns_[g]; }
+  // Whether every kept copy's product is exact (product_is_exact): weighted plans only.
+  bool products_exact() const { return products_exact_; }
 
  private:
   static constexpr int64_t kInline = 32;  // top-k beyond this is rare; it costs one allocation
@@ -198,6 +239,7 @@ class TokenPlan {
   float* weights_ = nullptr;
   int64_t count_ = 0;
   int64_t num_groups_ = 0;
+  bool products_exact_ = true;
   int64_t group_begin_[kMaxBins + 1] = {};
   bool assigns_[kMaxBins] = {};
 };

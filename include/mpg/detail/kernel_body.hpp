@@ -21,7 +21,8 @@
 //   kernel_unpermute_grad_body.hpp's pair_levels2); with kTakesNarrowing = true,
 //   stream_line<T, Narrowing>(p, v): the narrowing of lines whose values the caller knows more
 //   of (see Narrowing and kernel_unpermute_grad_body.hpp's stream_line_of), and with
-//   kOrdinaryIsCheaper = true also abs_range(p, vectors), the range of |v| (AbsRange).
+//   kOrdinaryIsCheaper = true also abs_range(p, vectors), the range of |v| (AbsRange); with
+//   kHasFma = true, fmadd(a, b, acc): acc + a * b rounded once (see sum_group).
 // load_partial/store_partial touch only the n < kLanes elements at p.
 
 #ifndef MPG_KERNEL_NAMESPACE
@@ -74,9 +75,21 @@ MPG_ALWAYS_INLINE void prefetch_ahead(const void* row) {
   }
 }
 
+template <class V, class = void>
+struct HasFma : std::false_type {};
+template <class V>
+struct HasFma<V, std::void_t<decltype(V::kHasFma)>> : std::bool_constant<V::kHasFma> {};
+template <class V = Vec>  // a template, so that a set without fmadd never compiles the call
+MPG_ALWAYS_INLINE typename V::F fmadd(typename V::F a, typename V::F b, typename V::F acc) {
+  return V::fmadd(a, b, acc);
+}
+
 // Sums group g of the token's plan (one sequential sum, the contract's assign-first / +0.0 rule)
 // over columns [h0, h0 + kVectors * kLanes) into acc. This is the only place that rule exists.
-template <class T, int kVectors, bool kPartial, bool kWeighted>
+// kFused (weighted, plan.products_exact(), a set with fmadd): the terms after the first are
+// added with one fused multiply-add each, the same bits as a rounded product then an add, since
+// the product is exact (product_is_exact). It saves a multiply per vector and copy.
+template <class T, int kVectors, bool kPartial, bool kWeighted, bool kFused = false>
 MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0, int64_t n,
                                  typename Vec::F* acc) {
   constexpr int64_t kLanes = Vec::kLanes;
@@ -99,9 +112,19 @@ MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0
   }
   for (; k < end; ++k) {
     const T* row = rows[k] + h0;
-    MPG_UNROLL
-    for (int v = 0; v < kVectors; ++v) {
-      acc[v] = Vec::add(acc[v], load_term<T, kPartial, kWeighted>(row + v * kLanes, weights[k], n));
+    if constexpr (kFused) {
+      static_assert(kWeighted && !kPartial, "fused terms are whole vectors of weighted copies");
+      const typename Vec::F w = Vec::set1(weights[k]);
+      MPG_UNROLL
+      for (int v = 0; v < kVectors; ++v) {
+        acc[v] = fmadd(Vec::template load<T>(row + v * kLanes), w, acc[v]);
+      }
+    } else {
+      MPG_UNROLL
+      for (int v = 0; v < kVectors; ++v) {
+        acc[v] =
+            Vec::add(acc[v], load_term<T, kPartial, kWeighted>(row + v * kLanes, weights[k], n));
+      }
     }
     if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row);
   }
@@ -133,11 +156,12 @@ MPG_ALWAYS_INLINE void sum_bin_tree(const TokenPlan<T>& plan, int64_t h0, int64_
 // stack alone cost Zen 5 12-19% in cache (16 x 8 x 4096 bf16) and 0.76-0.79 against 0.90-1.04
 // of the yardstick on the DRAM rows of bench_init_routing_v2_grad (K = 8, 1 thread, 2026-12-06,
 // 3 interleaved rounds).
-template <class T, Order O, int kVectors, bool kPartial, bool kWeighted>
+template <class T, Order O, int kVectors, bool kPartial, bool kWeighted, bool kFused = false>
 MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n,
                                  typename Vec::F* acc) {
+  static_assert(!kFused || O == Order::kSequential, "weighted sums are sequential");
   if constexpr (O == Order::kSequential) {
-    sum_group<T, kVectors, kPartial, kWeighted>(plan, 0, h0, n, acc);
+    sum_group<T, kVectors, kPartial, kWeighted, kFused>(plan, 0, h0, n, acc);
   } else if (plan.num_groups() == 4) {
     sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 4>(plan, h0, n, acc);
   } else if (plan.num_groups() == 2) {
@@ -200,17 +224,11 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
       }
     }
   };
-  for (int64_t t = token_begin; t < token_end; ++t) {
-    plan.template gather<M, O, kWeighted>(a, t);
-    T* out = a.out + t * a.out_stride;
-    int64_t h0 = 0;
-    if (a.streaming_stores) {
-      h0 = elements_before_line(out, a.hidden);
-      plain_columns(out, 0, h0);
-    }
+  // The row's whole blocks from h0; returns where they end.
+  const auto blocks = [&](T* out, int64_t h0, auto fused) {
     for (; h0 + kBlockColumns <= a.hidden; h0 += kBlockColumns) {
       F acc[kBlockVectors];
-      sum_block<T, O, kBlockVectors, false, kWeighted>(plan, h0, 0, acc);
+      sum_block<T, O, kBlockVectors, false, kWeighted, decltype(fused)::value>(plan, h0, 0, acc);
       if (a.streaming_stores) {
         MPG_UNROLL
         for (int v = 0; v < kBlockVectors; v += kVectorsPerLine) {
@@ -221,6 +239,26 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
         for (int v = 0; v < kBlockVectors; ++v)
           Vec::template store<T>(out + h0 + v * kLanes, acc[v]);
       }
+    }
+    return h0;
+  };
+  // fp32 tokens never have exact products (product_is_exact), and no op weights binary bins: no
+  // fused blocks are compiled for them.
+  constexpr bool kMayFuse =
+      kWeighted && O == Order::kSequential && !std::is_same_v<T, float> && HasFma<Vec>::value;
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    plan.template gather<M, O, kWeighted>(a, t);
+    T* out = a.out + t * a.out_stride;
+    int64_t h0 = 0;
+    if (a.streaming_stores) {
+      h0 = elements_before_line(out, a.hidden);
+      plain_columns(out, 0, h0);
+    }
+    if constexpr (kMayFuse) {
+      h0 = plan.products_exact() ? blocks(out, h0, std::true_type{})
+                                 : blocks(out, h0, std::false_type{});
+    } else {
+      h0 = blocks(out, h0, std::false_type{});
     }
     plain_columns(out, h0, a.hidden);
   }

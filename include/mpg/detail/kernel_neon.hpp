@@ -57,6 +57,10 @@ struct Vec {
     asm("" : "+w"(p));
     return p;
   }
+  // acc + a * b rounded once (FMLA): only where a * b is exact (kernel_body.hpp's sum_group),
+  // as on AVX-512. Not timed here (emulation proves bits only).
+  static constexpr bool kHasFma = true;
+  MPG_ALWAYS_INLINE static F fmadd(F a, F b, F acc) { return vfmaq_f32(acc, a, b); }
   // Adjacent-lane sums of a then b: FADDP adds each pair left + right, [a0+a1, a2+a3, b0+b1,
   // b2+b3].
   MPG_ALWAYS_INLINE static F pair_add(F a, F b) { return vpaddq_f32(a, b); }
