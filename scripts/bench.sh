@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Regenerates every benchmark number and chart of the README, on an idle machine:
 #   1. builds every bench/bench_*.cpp twice: plain -O2 (run-time ISA dispatch) and -march=native;
-#   2. runs each with repetitions (medians), writing Google Benchmark JSON;
+#   2. runs each with repetitions (medians), writing Google Benchmark JSON; with
+#      MPG_BENCH_ROUNDS=n each binary runs in n separate processes (round 1 runs every binary of
+#      every build, then round 2, ...: a slow spell hits one round of many rows, not every round
+#      of one row), and scripts/merge_rounds.py keeps per row the median over rounds, since a
+#      row's efficiency moves from one process to the next (where its buffers land);
 #   3. draws one chart per bench binary (docs/<binary>.png) and writes the Markdown tables;
 #   4. runs bench/compare_pytorch.py (PyTorch composites) on the -O2 build;
 #   5. assembles docs/bench/results.md and puts it into README.md between the markers
@@ -11,8 +15,11 @@
 #
 #   bash scripts/bench.sh                  # everything, 5 repetitions
 #   MPG_BENCH_REPETITIONS=9 MPG_BENCH_FILTER='threads:[12]' bash scripts/bench.sh
+#   MPG_BENCH_ROUNDS=3 MPG_BENCH_REPETITIONS=3 bash scripts/bench.sh  # 3 processes per binary
 #
 #   MPG_BENCH_REPETITIONS  repetitions per row (default 5)
+#   MPG_BENCH_ROUNDS       processes per bench binary and build, each round's JSON in <out>/rounds/,
+#                          merged into <out>/<binary>-<build>.json (default 1: that JSON directly)
 #   MPG_BENCH_FILTER       --benchmark_filter regex (default: all rows)
 #   MPG_BENCH_BUILDS       builds to run, among "O2 native" (default: both)
 #   MPG_BENCH_OUT          output directory (default: docs/bench)
@@ -26,6 +33,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 repetitions=${MPG_BENCH_REPETITIONS:-5}
+rounds=${MPG_BENCH_ROUNDS:-1}
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then echo "bench.sh: MPG_BENCH_ROUNDS=$rounds" >&2; exit 1; fi
 filter=${MPG_BENCH_FILTER:-.}
 builds=${MPG_BENCH_BUILDS:-O2 native}
 out=${MPG_BENCH_OUT:-docs/bench}
@@ -70,18 +79,39 @@ if [[ $run != 0 ]]; then {
 } >"$out/machine.txt"; fi
 cat "$out/machine.txt"
 
+# Rounds outermost: a slow spell of the machine hits one round of many rows, not all of one row.
+if [[ $run != 0 ]]; then
+  if ((rounds > 1)); then rm -rf "$out/rounds" && mkdir -p "$out/rounds"; fi
+  for ((r = 1; r <= rounds; r++)); do
+    for bench in "${benches[@]}"; do
+      for build in $builds; do
+        json=$out/$bench-$build.json round_text=""
+        if ((rounds > 1)); then
+          json=$out/rounds/$bench-$build.r$r.json round_text=", round $r of $rounds"
+        fi
+        echo "=== $bench ($build): $repetitions repetitions$round_text, filter '$filter'"
+        "build-bench-$build/bench/$bench" --benchmark_filter="$filter" \
+          --benchmark_repetitions="$repetitions" --benchmark_report_aggregates_only=true \
+          --benchmark_out="$json" --benchmark_out_format=json
+      done
+    done
+  done
+  if ((rounds > 1)); then
+    for bench in "${benches[@]}"; do
+      for build in $builds; do
+        round_files=()
+        for ((r = 1; r <= rounds; r++)); do
+          round_files+=("$out/rounds/$bench-$build.r$r.json")
+        done
+        "$python" scripts/merge_rounds.py -o "$out/$bench-$build.json" "${round_files[@]}"
+      done
+    done
+  fi
+fi
+
 for bench in "${benches[@]}"; do
   inputs=()
-  for build in $builds; do
-    json=$out/$bench-$build.json
-    if [[ $run != 0 ]]; then
-      echo "=== $bench ($build): $repetitions repetitions, filter '$filter'"
-      "build-bench-$build/bench/$bench" --benchmark_filter="$filter" \
-        --benchmark_repetitions="$repetitions" --benchmark_report_aggregates_only=true \
-        --benchmark_out="$json" --benchmark_out_format=json
-    fi
-    inputs+=("$build=$json")
-  done
+  for build in $builds; do inputs+=("$build=$out/$bench-$build.json"); done
   if [[ $bench == bench_bandwidth ]]; then continue; fi  # the yardstick alone: no ref column
   "$python" scripts/plot_bench.py --markdown -o "docs/$bench.png" "${inputs[@]}" \
     >"$out/$bench.md" || echo "bench.sh: no chart for $bench"
@@ -96,9 +126,13 @@ if [[ ${MPG_BENCH_PYTORCH:-1} != 0 && $run != 0 ]]; then
     tee "$out/compare_pytorch.txt"
 fi
 if [[ $run != 0 ]]; then
-  echo "Measured $(date -u '+%F %H:%M UTC') by \`bash scripts/bench.sh\` ($repetitions repetitions," \
-    "medians; load average $load_before before the builds, $(cut -d' ' -f1-3 /proc/loadavg)" \
-    "after)." >"$out/run.txt"
+  how="$repetitions repetitions, medians"
+  if ((rounds > 1)); then
+    how="$rounds rounds of $repetitions repetitions, medians over rounds of each round's median"
+  fi
+  echo "Measured $(date -u '+%F %H:%M UTC') by \`bash scripts/bench.sh\` ($how;" \
+    "load average $load_before before the builds, $(cut -d' ' -f1-3 /proc/loadavg) after)." \
+    >"$out/run.txt"
 fi
 results=$out/results.md
 {

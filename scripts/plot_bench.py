@@ -37,7 +37,8 @@ def parse_name(run_name):
 
 
 def medians(path):
-    """run_name -> {time_s, GBps, ref_GBps, efficiency} (medians), in file order."""
+    """run_name -> {time_s, GBps, ref_GBps, efficiency[, efficiency_min, efficiency_max]}
+    (medians; min/max over rounds in scripts/merge_rounds.py's output), in file order."""
     with open(path) as f:
         report = json.load(f)
     aggregates, iterations = OrderedDict(), defaultdict(list)
@@ -50,7 +51,8 @@ def medians(path):
         if name not in order:
             order.append(name)
         row = {"time_s": b["real_time"] * TIME_SCALE[b.get("time_unit", "ns")]}
-        for key in ("GBps", "ref_GBps", "efficiency", "bytes_per_second"):
+        for key in ("GBps", "ref_GBps", "efficiency", "efficiency_min", "efficiency_max",
+                    "bytes_per_second"):
             if key in b:
                 row[key] = b[key]
         if "GBps" not in row and "bytes_per_second" in row:
@@ -117,8 +119,11 @@ def markdown_others(shapes):
 def markdown(shapes):
     """One line per shape, ISA and thread count; per build: time, GB/s, yardstick, efficiency."""
     builds = list(OrderedDict.fromkeys(b for entries in shapes.values() for b, *_ in entries))
+    # merged rounds (scripts/merge_rounds.py): the efficiency's range over rounds beside it
+    ranges = any("efficiency_min" in row for entries in shapes.values() for *_, row in entries)
+    eff_head = "eff. (rounds)" if ranges else "eff."
     head = "| shape | ISA | threads |" + "".join(
-        f" {b}: time | GB/s | yardstick GB/s | eff. |" for b in builds)
+        f" {b}: time | GB/s | yardstick GB/s | {eff_head} |" for b in builds)
     lines = [head, "|---|---|---:|" + "---:|---:|---:|---:|" * len(builds)]
     for title, entries in shapes.items():
         lines_of_shape = OrderedDict()
@@ -134,8 +139,11 @@ def markdown(shapes):
                     continue
                 t = row["time_s"]
                 time_text = f"{t * 1e3:.2f} ms" if t >= 1e-3 else f"{t * 1e6:.1f} us"
+                eff_text = f"{row['efficiency']:.2f}"
+                if "efficiency_min" in row and "efficiency_max" in row:
+                    eff_text += f" ({row['efficiency_min']:.2f}-{row['efficiency_max']:.2f})"
                 cells.append(f" {time_text} | {row['GBps']:.1f} | {row['ref_GBps']:.1f} | "
-                             f"{row['efficiency']:.2f} |")
+                             f"{eff_text} |")
             shape = title.replace("\n", " ") if first else ""
             lines.append(f"| {shape} | {isa} | {threads} |" + "".join(cells))
             first = False
