@@ -109,23 +109,21 @@ bool product_is_exact(float w) {
     constexpr int kSignificandBits = kHalf ? 11 : 8;
     constexpr int kLowestBitExponent = kHalf ? -24 : -133;  // T's smallest subnormal
     constexpr double kLargest = kHalf ? 65504.0 : 0x1.FEp127;
-    if (!std::isfinite(w) || w == 0.0f) return false;
+    if (!std::isfinite(w)) return false;
     uint32_t bits = 0;
     std::memcpy(&bits, &w, sizeof(bits));
     const auto biased_exponent = static_cast<int>((bits >> 23) & 0xFFu);
-    uint32_t significand = bits & 0x7FFFFFu;
-    int lowest = -149;  // the exponent of significand's bit 0
-    if (biased_exponent != 0) {
-      significand |= 0x800000u;
-      lowest = biased_exponent - 150;
-    }
-    while ((significand & 1u) == 0) {
-      significand >>= 1;
-      ++lowest;
-    }
-    int span = 0;  // significant bits of w, from its lowest set bit to its highest
-    for (; significand != 0; significand >>= 1) ++span;
-    return span + kSignificandBits <= 24 && lowest + kLowestBitExponent >= -149 &&
+    // Zero and fp32 subnormals: the latter's lowest bit is below 2^-125 (fp16) and 2^-16 (bf16).
+    if (biased_exponent == 0) return false;
+    // w = significand * 2^(biased_exponent - 150), bit 23 set. Its trailing zero bits must leave
+    // at most 24 - kSignificandBits significant ones, and its lowest set bit, at
+    // 2^(biased_exponent - 150 + trailing), must be at 2^(-149 - kLowestBitExponent) or above.
+    const int trailing_needed =
+        std::max(kSignificandBits, 1 - kLowestBitExponent - biased_exponent);
+    if (trailing_needed > 23) return false;
+    const uint32_t significand = (bits & 0x7FFFFFu) | 0x800000u;
+    const uint32_t low_bits = (1u << std::max(trailing_needed, 0)) - 1u;
+    return (significand & low_bits) == 0 &&
            std::fabs(static_cast<double>(w)) * kLargest <= 0x1.FFFFFEp127;
   } else {
     (void)w;
@@ -182,7 +180,8 @@ class TokenPlan {
   TokenPlan(const TokenPlan&) = delete;
   TokenPlan& operator=(const TokenPlan&) = delete;
 
-  template <Mode M, Order O, bool kWeighted, class I>
+  // kCheckExact: also find products_exact() (weighted; only kernels that may fuse ask).
+  template <Mode M, Order O, bool kWeighted, bool kCheckExact = false, class I>
   void gather(const GatherSumArgs<T, I>& a, int64_t token) {
     const I* s = a.indices + token * a.topk;
     count_ = 0;
@@ -196,7 +195,7 @@ class TokenPlan {
       }
       rows_[count_] = a.grad + static_cast<int64_t>(s[k]) * a.grad_stride;
       weights_[count_] = w;
-      if constexpr (kWeighted) products_exact_ = products_exact_ && product_is_exact<T>(w);
+      if constexpr (kCheckExact) products_exact_ = products_exact_ && product_is_exact<T>(w);
       ++count_;
       return true;
     };

@@ -247,7 +247,7 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
   constexpr bool kMayFuse =
       kWeighted && O == Order::kSequential && !std::is_same_v<T, float> && HasFma<Vec>::value;
   for (int64_t t = token_begin; t < token_end; ++t) {
-    plan.template gather<M, O, kWeighted>(a, t);
+    plan.template gather<M, O, kWeighted, kMayFuse>(a, t);
     T* out = a.out + t * a.out_stride;
     int64_t h0 = 0;
     if (a.streaming_stores) {
