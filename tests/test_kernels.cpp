@@ -775,6 +775,19 @@ TEST(KernelTable, MaskParsesIsaNames) {
   EXPECT_EQ(isa_mask_from_names("avx512_bf16"), isa_bit(Isa::kAvx512Bf16));
 }
 
+// CPUID leaf 1 signatures of real parts, decoded by hand (base family 0xF plus the extended
+// family in bits 20-27; below 0xF the base family alone). Family 19h with AVX-512 picks the
+// Zen 4 prefetch distance (kernel_avx512_vec.hpp), so a wrong decode would cost speed unseen.
+TEST(KernelTable, CpuFamilyFromSignature) {
+  using mpg::detail::cpu_family;
+  EXPECT_EQ(cpu_family(0x00A10F11u), 0x19u);   // AMD EPYC 9004 (Genoa, Zen 4)
+  EXPECT_EQ(cpu_family(0x00A00F11u), 0x19u);   // AMD EPYC 7003 (Milan, Zen 3)
+  EXPECT_EQ(cpu_family(0x00B00F21u), 0x1Au);   // AMD EPYC 9005 (Turin, Zen 5)
+  EXPECT_EQ(cpu_family(0x00830F10u), 0x17u);   // AMD EPYC 7002 (Rome, Zen 2)
+  EXPECT_EQ(cpu_family(0x000806F8u), 0x6u);    // Intel Xeon (Sapphire Rapids): extension ignored
+  EXPECT_EQ(cpu_family(0x0FF00F00u), 0x10Eu);  // the largest: 0xF + 0xFF
+}
+
 // The AVX512_BF16 set builds on the AVX-512 one: masking avx512 masks both, masking avx512_bf16
 // alone leaves avx512.
 TEST(KernelTable, MaskingAvx512MasksAvx512Bf16) {

@@ -56,7 +56,17 @@ struct CpuFeatures {
   bool avx2 = false;         // AVX2 + F16C (fp16 conversions)
   bool avx512 = false;       // AVX-512 F + BW + VL (masked 16-bit loads and stores)
   bool avx512_bf16 = false;  // and AVX512_BF16 (VCVTNE2PS2BF16), AVX512DQ (VFPCLASSPS)
+  // AMD family 19h with AVX-512, i.e. Zen 4 (Zen 3, the family's other core, has none): its
+  // gathers want a shorter in-row prefetch (kernel_avx512_vec.hpp's prefetch_bytes).
+  bool amd_zen4 = false;
 };
+
+// The display family of a CPUID leaf 1 EAX signature: the base family, plus the extended family
+// when the base family is 0xF (AMD 17h is Zen 1-2, 19h Zen 3-4, 1Ah Zen 5; Intel's cores are 6).
+constexpr unsigned cpu_family(unsigned leaf1_eax) {
+  const unsigned base = (leaf1_eax >> 8) & 0xFu;
+  return base == 0xFu ? base + ((leaf1_eax >> 20) & 0xFFu) : base;
+}
 
 inline CpuFeatures detect_cpu_features() {
   CpuFeatures f;
@@ -71,6 +81,11 @@ inline CpuFeatures detect_cpu_features() {
   // AVX512_BF16 is CPUID leaf 7 subleaf 1, EAX bit 5 (the OS's zmm state is checked above).
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512dq") &&
                   __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0;
+  if (f.avx512 && __get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    const bool amd =
+        ebx == 0x68747541u && edx == 0x69746E65u && ecx == 0x444D4163u;  // AuthenticAMD
+    f.amd_zen4 = amd && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && cpu_family(eax) == 0x19u;
+  }
 #endif
   return f;
 }

@@ -43,6 +43,7 @@ struct Vec {
   // bytes ahead: measured, see the notes at the end of this file.
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(4);
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(512);
+  static int64_t prefetch_bytes() { return kPrefetchBytes; }  // the same on every CPU
   // MoeTokenUnpermuteGrad reads one X row at a time, not K at once: there the prefetch pays.
   static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);
 

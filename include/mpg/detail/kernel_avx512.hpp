@@ -88,6 +88,19 @@ MPG_END_TARGET
 //   dispatch, 2 rounds x 3, 1 | 2 threads: 1024 0.86-0.99 | 0.93-0.98, 512 0.77-1.00 |
 //   0.87-1.02, 2048 0.79-0.97 | 0.88-1.06, block 4 0.81-0.96 | 0.92-1.08; fp16 2048 x 8 x 7168
 //   on 1 thread 0.93 with 1024 against 0.77-0.79 with 512 or 2048. 1024 and 8 stay.
+// - kPrefetchBytesZen4 = 256, taken where cpu_features().amd_zen4 (AMD family 19h with
+//   AVX-512). On a Zen 4 EPYC guest (2026-12-07: family 25 model 17, 1 MiB L2 per core, 32 MiB
+//   L3), scripts/tune_kernels.sh at -O2 with dispatch, 3 rounds x 3, the four bench_permute_grad
+//   DRAM rows, 1 | 2 threads: 1024 (the distance above) 0.56-0.65 | 0.72-0.82, 256 0.69-0.76 |
+//   0.85-0.88, none 0.67-0.71 | 0.73-0.88; with block 4: 256 0.72-0.80 | 0.90-0.92, 512
+//   0.67-0.73 | 0.81-0.88, 1024 0.58-0.66 | 0.77-0.84, none 0.67-0.76 | 0.75-0.91. A first sweep
+//   (2 rounds): 512 0.63-0.69 | 0.76-0.83, 2048 0.54-0.62 | 0.57-0.71, 4096 0.53-0.64 |
+//   0.69-0.76. In cache (16 x 8 x 4096 bf16, 1 thread) 51.5 GB/s with 256 against 51.7. Then
+//   the kept code against the code before, 3 interleaved rounds of 3, the DRAM rows of
+//   bench_permute_grad, bench_token_unpermute and bench_init_routing_v2_grad: 1 thread
+//   0.70-0.75 against 0.55-0.67, 2 threads 0.78-0.90 against 0.74-0.82. Block 4 as well read
+//   0.74-0.81 and 0.75-0.95 there, but the block width is compile-time for every CPU and on the
+//   Zen 5 guest it was no better than 8 (above): not taken without a second instantiation.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes

@@ -45,6 +45,7 @@ struct Vec {
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
   // AVX-512's measured distance (kernel_avx512.hpp); not measured on ARM.
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
+  static int64_t prefetch_bytes() { return kPrefetchBytes; }     // the same on every CPU
   static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;  // not measured apart
 
   MPG_ALWAYS_INLINE static F zero() { return vdupq_n_f32(0.0f); }

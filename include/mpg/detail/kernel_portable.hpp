@@ -25,6 +25,7 @@ struct Vec {
   // 32 columns per block: whole cache lines of any T; the compiler keeps what fits in registers.
   static constexpr int kBlockVectors = 32;
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);  // as AVX-512
+  static int64_t prefetch_bytes() { return kPrefetchBytes; }              // the same on every CPU
   static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;           // not measured apart
 
   static F zero() { return 0.0f; }
