@@ -101,6 +101,12 @@ MPG_END_TARGET
 //   0.70-0.75 against 0.55-0.67, 2 threads 0.78-0.90 against 0.74-0.82. Block 4 as well read
 //   0.74-0.81 and 0.75-0.95 there, but the block width is compile-time for every CPU and on the
 //   Zen 5 guest it was no better than 8 (above): not taken without a second instantiation.
+//   kCopyPrefetchBytes (MoeTokenUnpermuteGrad) stays 1024 on Zen 4: on the same guest
+//   (bench_token_unpermute_grad, 3 rounds x 3, 1 | 2 threads) bf16 4096 x 8 x 4096 read 0.51 |
+//   0.45 with 1024, 0.56 | 0.74 with 256 and 0.53 | 0.72 with 512, fp32 8192 x 2 x 4096 0.79 |
+//   0.77, 0.77 | 0.86 and 0.82 | 0.92; but 512 against 1024 again, 3 interleaved rounds, gave
+//   bf16 0.56 | 0.67 against 0.51 | 0.71 and fp32 0.78 | 0.89 against 0.77 | 0.88: within the
+//   noise, not worth a second CPU-chosen constant.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
