@@ -644,7 +644,7 @@ inline void add_context() {
   // The one kernel constant chosen by CPU model (kernel_avx512_vec.hpp's prefetch_bytes).
   benchmark::AddCustomContext("cpu_model_tuning",
                               mpg::detail::cpu_features().amd_zen4
-                                  ? "amd_zen4: AVX-512 in-row prefetch 256 bytes"
+                                  ? "amd_zen4: AVX-512 in-row prefetch kPrefetchBytesZen4"
                                   : "none");
 }
 

@@ -122,7 +122,7 @@ bool product_is_exact(float w) {
         std::max(kSignificandBits, 1 - kLowestBitExponent - biased_exponent);
     if (trailing_needed > 23) return false;
     const uint32_t significand = (bits & 0x7FFFFFu) | 0x800000u;
-    const uint32_t low_bits = (1u << std::max(trailing_needed, 0)) - 1u;
+    const uint32_t low_bits = (1u << trailing_needed) - 1u;  // trailing_needed in [8, 23]
     return (significand & low_bits) == 0 &&
            std::fabs(static_cast<double>(w)) * kLargest <= 0x1.FFFFFEp127;
   } else {
@@ -185,7 +185,7 @@ class TokenPlan {
   void gather(const GatherSumArgs<T, I>& a, int64_t token) {
     const I* s = a.indices + token * a.topk;
     count_ = 0;
-    products_exact_ = true;
+    products_exact_ = kCheckExact;  // never claimed for a plan that did not check
     const auto add_if_kept = [&](int64_t k) {
       if (!ModeTraits<M>::kept(s[k], a.grad_rows)) return false;
       float w = 1.0f;
@@ -225,7 +225,8 @@ class TokenPlan {
   int64_t group_end(int64_t g) const { return group_begin_[g + 1]; }
   // Whether rows()[group_begin(g)] is the group's leading copy and so starts the sum.
   bool assigns(int64_t g) const { return assigns_[g]; }
-  // Whether every kept copy's product is exact (product_is_exact): weighted plans only.
+  // Whether every kept copy's product is exact (product_is_exact): plans gathered with
+  // kCheckExact only (false otherwise).
   bool products_exact() const { return products_exact_; }
 
  private:
@@ -238,7 +239,7 @@ class TokenPlan {
   float* weights_ = nullptr;
   int64_t count_ = 0;
   int64_t num_groups_ = 0;
-  bool products_exact_ = true;
+  bool products_exact_ = false;
   int64_t group_begin_[kMaxBins + 1] = {};
   bool assigns_[kMaxBins] = {};
 };
