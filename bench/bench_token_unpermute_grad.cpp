@@ -9,6 +9,8 @@
 // Rows (threads 1 and 2, efficiency against the same-run yardstick):
 //   BM_TokenUnpermuteGrad_BF16_I32_PBF16/tokens:4096/topk:8/hidden:4096/experts:64/kept_pct:100
 //   BM_TokenUnpermuteGrad_FP32_I32_PFP32/tokens:8192/topk:2/hidden:4096/experts:8/kept_pct:100
+// and the same dtypes in cache (tokens 16 and 64, one thread, GB/s only): the kernel's
+// instruction throughput, which a DRAM row hides where the two are close.
 // Run with --benchmark_repetitions=5 --benchmark_report_aggregates_only=true for medians.
 #include <benchmark/benchmark.h>
 
@@ -112,6 +114,11 @@ int main(int argc, char** argv) {
                        {4096, 8, 4096, 64, 100}, {1, 2});
   mpg::bench::add_rows("BM_TokenUnpermuteGrad_FP32_I32_PFP32", Yardstick::kSameRun,
                        BM_TokenUnpermuteGrad<float, float>, names, {8192, 2, 4096, 8, 100}, {1, 2});
+  mpg::bench::add_rows("BM_TokenUnpermuteGrad_BF16_I32_PBF16", Yardstick::kNone,
+                       BM_TokenUnpermuteGrad<mpg::bfloat16, mpg::bfloat16>, names,
+                       {16, 8, 4096, 64, 100}, {1});
+  mpg::bench::add_rows("BM_TokenUnpermuteGrad_FP32_I32_PFP32", Yardstick::kNone,
+                       BM_TokenUnpermuteGrad<float, float>, names, {64, 2, 4096, 8, 100}, {1});
   mpg::bench::add_context();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

@@ -11,6 +11,7 @@
 #   MPG_TUNE_VARIANTS="default prefetch=0" MPG_TUNE_ROUNDS=3 bash scripts/tune_kernels.sh
 #
 #   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>,
+#                      group=<copies> (MoeTokenUnpermuteGrad's fused group, 1-8),
 #                      pages=huge (the same build, run with MPG_BENCH_HUGE_PAGES=1), or
 #                      settings joined by +, e.g. prefetch=0+block=4
 #   MPG_TUNE_ROUNDS    rounds (default 2); MPG_TUNE_REPETITIONS per round (default 3)
@@ -38,6 +39,7 @@ define_of() {
       default) ;;
       prefetch=*) echo -n " -DMPG_TUNE_PREFETCH_BYTES=${setting#*=}" ;;
       block=*) echo -n " -DMPG_TUNE_BLOCK_VECTORS=${setting#*=}" ;;
+      group=*) echo -n " -DMPG_TUNE_FUSED_GROUP_COPIES=${setting#*=}" ;;
       stream=*) echo -n " -DMPG_TUNE_STREAMING_STORE_BYTES=int64_t{${setting#*=}}" ;;
       pages=huge) ;;
       *) echo "tune_kernels.sh: unknown setting $setting" >&2; exit 1 ;;

@@ -19,9 +19,10 @@
 // walk and microkernel (kernel_body.hpp); this header holds what is independent of the ISA.
 
 // Compile-time overrides for timing variants side by side (scripts/tune_kernels.sh), not a
-// user setting: MPG_TUNE_PREFETCH_BYTES (the in-row prefetch distance, 0 = none) and
-// MPG_TUNE_BLOCK_VECTORS replace every kernel set's own value, which each traits file gives
-// with the measurements behind it.
+// user setting: MPG_TUNE_PREFETCH_BYTES (the in-row prefetch distance, 0 = none),
+// MPG_TUNE_BLOCK_VECTORS and MPG_TUNE_FUSED_GROUP_COPIES (MoeTokenUnpermuteGrad's copies per
+// fused group, 1-8) replace every kernel set's own value, which each traits file gives with the
+// measurements behind it.
 #ifdef MPG_TUNE_PREFETCH_BYTES
 #define MPG_PREFETCH_BYTES_OR(own) (MPG_TUNE_PREFETCH_BYTES)
 #else
@@ -31,6 +32,11 @@
 #define MPG_BLOCK_VECTORS_OR(own) (MPG_TUNE_BLOCK_VECTORS)
 #else
 #define MPG_BLOCK_VECTORS_OR(own) (own)
+#endif
+#ifdef MPG_TUNE_FUSED_GROUP_COPIES
+#define MPG_FUSED_GROUP_COPIES_OR(own) (MPG_TUNE_FUSED_GROUP_COPIES)
+#else
+#define MPG_FUSED_GROUP_COPIES_OR(own) (own)
 #endif
 
 namespace mpg::detail {

@@ -106,7 +106,22 @@ MPG_END_TARGET
 //   0.45 with 1024, 0.56 | 0.74 with 256 and 0.53 | 0.72 with 512, fp32 8192 x 2 x 4096 0.79 |
 //   0.77, 0.77 | 0.86 and 0.82 | 0.92; but 512 against 1024 again, 3 interleaved rounds, gave
 //   bf16 0.56 | 0.67 against 0.51 | 0.71 and fp32 0.78 | 0.89 against 0.77 | 0.88: within the
-//   noise, not worth a second CPU-chosen constant.
+//   noise, not worth a second CPU-chosen constant. Chosen at run time by CPU model (256 on
+//   Zen 4, as prefetch_bytes()) it was no faster either (2026-12-07, 4 interleaved rounds of 3,
+//   median op time bf16 28.6 | 20.0 ms against 28.1 | 19.2): not kept. By op time, not
+//   efficiency: the same-run yardstick moved by up to 15% between rounds there.
+// - What bounds bf16 MoeTokenUnpermuteGrad on Zen 4 (about half the yardstick) is instruction
+//   throughput, not memory: in cache (bench_token_unpermute_grad tokens:16, one thread) it reads
+//   23 GB/s, less than the DRAM yardstick of its bytes (23-38 GB/s); fp32 in cache reads 67 GB/s.
+//   Both pass about 6 G copy-columns per second; bf16 moves 4.25 bytes per copy-column, fp32 10.
+//   Sampled with perf (cpu-clock; this guest has no hardware counters), the fused step's time
+//   sits after its streaming stores and X loads, spread over the step's 24 loads, 16 multiplies,
+//   14 permutes, 8 widenings and 4 narrowings per 8 vectors. Changing how the copies are walked
+//   did not help (bench_token_unpermute_grad, scripts/tune_kernels.sh, 3 rounds x 3, bf16 |
+//   fp32 efficiency on 1 | 2 threads): 4 copies per fused group 0.55 | 0.65, 0.69 | 0.75 and 2
+//   copies 0.49 | 0.60, 0.73 | 0.78 against 8 copies 0.56 | 0.54, 0.71 | 0.74 (MPG_TUNE_FUSED_
+//   GROUP_COPIES); 2, 4 or 8 steps of one copy before the next copy's 0.54 | 0.63, 0.52 | 0.62,
+//   0.43 | 0.60 against 0.52 | 0.64 for one step (fp32 0.67-0.71 | 0.79-0.85 alike).
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
