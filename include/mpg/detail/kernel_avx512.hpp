@@ -118,10 +118,11 @@ MPG_END_TARGET
 //   sits after its streaming stores and X loads, spread over the step's 24 loads, 16 multiplies,
 //   14 permutes, 8 widenings and 4 narrowings per 8 vectors. Changing how the copies are walked
 //   did not help (bench_token_unpermute_grad, scripts/tune_kernels.sh, 3 rounds x 3, bf16 |
-//   fp32 efficiency on 1 | 2 threads): 4 copies per fused group 0.55 | 0.65, 0.69 | 0.75 and 2
-//   copies 0.49 | 0.60, 0.73 | 0.78 against 8 copies 0.56 | 0.54, 0.71 | 0.74 (MPG_TUNE_FUSED_
-//   GROUP_COPIES); 2, 4 or 8 steps of one copy before the next copy's 0.54 | 0.63, 0.52 | 0.62,
-//   0.43 | 0.60 against 0.52 | 0.64 for one step (fp32 0.67-0.71 | 0.79-0.85 alike).
+//   fp32 efficiency on 1 | 2 threads): with MPG_TUNE_FUSED_GROUP_COPIES, 4 copies per fused
+//   group 0.55 | 0.65, 0.69 | 0.75 and 2 copies 0.49 | 0.60, 0.73 | 0.78 against 8 copies
+//   0.56 | 0.54, 0.71 | 0.74; 2, 4 or 8 steps of one copy before the next copy's 0.54 | 0.63,
+//   0.52 | 0.62, 0.43 | 0.60 against 0.52 | 0.64 for one step (fp32 0.67-0.71 | 0.79-0.85
+//   alike).
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes

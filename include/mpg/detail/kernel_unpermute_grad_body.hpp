@@ -245,6 +245,8 @@ MPG_ALWAYS_INLINE void store_scaled(T* dx, const float* g32, typename Vec::F pv,
 // Copies per fused group: as many row streams as the gathers of permute_grad keep at K = 8, and
 // their hidden / 8 level-3 sums each fill e's hidden floats.
 inline constexpr int kFusedGroupCopies = MPG_FUSED_GROUP_COPIES_OR(8);
+static_assert(kFusedGroupCopies >= 1 && kFusedGroupCopies <= 8,
+              "a group's level-3 sums must fit in e's hidden floats");
 
 // A kept copy of a fused group (unpermute_grad_copies_fused): its X row, its weight, its dX row
 // and where its level-3 sums go.
