@@ -641,10 +641,11 @@ inline void add_context() {
       "or without software prefetch) and non-temporal write of its written bytes (after the "
       "reads or interleaved with them): the fastest of these plans for each row, same threads, "
       "same run; the row's ref_streams, ref_prefetch and ref_interleave say which");
-  // The one kernel constant chosen by CPU model (kernel_avx512_vec.hpp's prefetch_bytes).
+  // The kernel choices made by CPU model (kernel_avx512_vec.hpp's prefetch_bytes and
+  // prefetch_to_l2).
   benchmark::AddCustomContext("cpu_model_tuning",
                               mpg::detail::cpu_features().amd_zen4
-                                  ? "amd_zen4: AVX-512 in-row prefetch kPrefetchBytesZen4"
+                                  ? "amd_zen4: AVX-512 in-row prefetch kPrefetchBytesZen4, into L2"
                                   : "none");
 }
 

@@ -12,6 +12,7 @@
 #
 #   MPG_TUNE_VARIANTS  among default, prefetch=<bytes>, block=<vectors>, stream=<bytes>,
 #                      group=<copies> (MoeTokenUnpermuteGrad's fused group, 1-8),
+#                      l2=<0|1> (in-row prefetches into L1 or L2 only, on every CPU),
 #                      pages=huge (the same build, run with MPG_BENCH_HUGE_PAGES=1), or
 #                      settings joined by +, e.g. prefetch=0+block=4
 #   MPG_TUNE_ROUNDS    rounds (default 2); MPG_TUNE_REPETITIONS per round (default 3)
@@ -40,6 +41,7 @@ define_of() {
       prefetch=*) echo -n " -DMPG_TUNE_PREFETCH_BYTES=${setting#*=}" ;;
       block=*) echo -n " -DMPG_TUNE_BLOCK_VECTORS=${setting#*=}" ;;
       group=*) echo -n " -DMPG_TUNE_FUSED_GROUP_COPIES=${setting#*=}" ;;
+      l2=*) echo -n " -DMPG_TUNE_PREFETCH_TO_L2=${setting#*=}" ;;
       stream=*) echo -n " -DMPG_TUNE_STREAMING_STORE_BYTES=int64_t{${setting#*=}}" ;;
       pages=huge) ;;
       *) echo "tune_kernels.sh: unknown setting $setting" >&2; exit 1 ;;

@@ -57,7 +57,8 @@ struct CpuFeatures {
   bool avx512 = false;       // AVX-512 F + BW + VL (masked 16-bit loads and stores)
   bool avx512_bf16 = false;  // and AVX512_BF16 (VCVTNE2PS2BF16), AVX512DQ (VFPCLASSPS)
   // AMD family 19h with AVX-512, i.e. Zen 4 (Zen 3, the family's other core, has none): its
-  // gathers want a shorter in-row prefetch (kernel_avx512_vec.hpp's prefetch_bytes).
+  // gathers want a shorter in-row prefetch, into L2 (kernel_avx512_vec.hpp's prefetch_bytes and
+  // prefetch_to_l2).
   bool amd_zen4 = false;
 };
 

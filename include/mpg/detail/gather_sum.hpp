@@ -20,13 +20,18 @@
 
 // Compile-time overrides for timing variants side by side (scripts/tune_kernels.sh), not a
 // user setting: MPG_TUNE_PREFETCH_BYTES (the in-row prefetch distance, 0 = none),
-// MPG_TUNE_BLOCK_VECTORS and MPG_TUNE_FUSED_GROUP_COPIES (MoeTokenUnpermuteGrad's copies per
-// fused group, 1-8) replace every kernel set's own value, which each traits file gives with the
-// measurements behind it.
+// MPG_TUNE_PREFETCH_TO_L2 (1: the in-row prefetches fill L2 only, 0: L1), MPG_TUNE_BLOCK_VECTORS
+// and MPG_TUNE_FUSED_GROUP_COPIES (MoeTokenUnpermuteGrad's copies per fused group, 1-8) replace
+// every kernel set's own value, which each traits file gives with the measurements behind it.
 #ifdef MPG_TUNE_PREFETCH_BYTES
 #define MPG_PREFETCH_BYTES_OR(own) (MPG_TUNE_PREFETCH_BYTES)
 #else
 #define MPG_PREFETCH_BYTES_OR(own) (own)
+#endif
+#ifdef MPG_TUNE_PREFETCH_TO_L2
+#define MPG_PREFETCH_TO_L2_OR(own) (MPG_TUNE_PREFETCH_TO_L2 != 0)
+#else
+#define MPG_PREFETCH_TO_L2_OR(own) (own)
 #endif
 #ifdef MPG_TUNE_BLOCK_VECTORS
 #define MPG_BLOCK_VECTORS_OR(own) (MPG_TUNE_BLOCK_VECTORS)
@@ -40,6 +45,13 @@
 #endif
 
 namespace mpg::detail {
+
+// Where a walk's in-row prefetches go, chosen once per call for this CPU: how far ahead in the
+// row (bytes, 0 = none), and whether they fill L2 only (Vec::prefetch_l2) instead of L1.
+struct InRowPrefetch {
+  int64_t bytes = 0;
+  bool to_l2 = false;
+};
 
 // The order in which a token's K copies are summed (both in fp32, one IEEE add at a time).
 enum class Order {

@@ -43,7 +43,8 @@ struct Vec {
   // bytes ahead: measured, see the notes at the end of this file.
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(4);
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(512);
-  static int64_t prefetch_bytes() { return kPrefetchBytes; }  // the same on every CPU
+  static int64_t prefetch_bytes() { return kPrefetchBytes; }             // the same on every CPU
+  static bool prefetch_to_l2() { return MPG_PREFETCH_TO_L2_OR(false); }  // L1 on every CPU
   // MoeTokenUnpermuteGrad reads one X row at a time, not K at once: there the prefetch pays.
   static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);
 
@@ -190,6 +191,9 @@ struct Vec {
   }
   MPG_ALWAYS_INLINE static void prefetch(const void* p) {
     _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+  MPG_ALWAYS_INLINE static void prefetch_l2(const void* p) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
   }
   MPG_ALWAYS_INLINE static void fence() { _mm_sfence(); }
 };

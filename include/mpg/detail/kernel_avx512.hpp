@@ -110,10 +110,12 @@ MPG_END_TARGET
 //   Zen 4, as prefetch_bytes()) it was no faster either (2026-12-07, 4 interleaved rounds of 3,
 //   median op time bf16 28.6 | 20.0 ms against 28.1 | 19.2): not kept. By op time, not
 //   efficiency: the same-run yardstick moved by up to 15% between rounds there.
-// - What bounds bf16 MoeTokenUnpermuteGrad on Zen 4 (about half the yardstick) is instruction
-//   throughput, not memory: in cache (bench_token_unpermute_grad tokens:16, one thread) it reads
-//   23 GB/s, less than the DRAM yardstick of its bytes (23-38 GB/s); fp32 in cache reads 67 GB/s.
-//   Both pass about 6 G copy-columns per second; bf16 moves 4.25 bytes per copy-column, fp32 10.
+// - bf16 MoeTokenUnpermuteGrad on Zen 4 (about half the yardstick with L1 prefetches). In cache
+//   it is bound by instruction throughput (bench_token_unpermute_grad tokens:16, one thread): it
+//   reads 23 GB/s, less than the DRAM yardstick of its bytes (23-38 GB/s); fp32 in cache reads
+//   67 GB/s. Both pass about 6 G copy-columns per second; bf16 moves 4.25 bytes per copy-column,
+//   fp32 10. In DRAM that is not the whole story: the L2 prefetches (prefetch_to_l2, below) took
+//   a seventh off its time.
 //   Sampled with perf (cpu-clock; this guest has no hardware counters), the fused step's time
 //   sits after its streaming stores and X loads, spread over the step's 24 loads, 16 multiplies,
 //   14 permutes, 8 widenings and 4 narrowings per 8 vectors. Changing how the copies are walked
@@ -123,6 +125,22 @@ MPG_END_TARGET
 //   0.56 | 0.54, 0.71 | 0.74; 2, 4 or 8 steps of one copy before the next copy's 0.54 | 0.63,
 //   0.52 | 0.62, 0.43 | 0.60 against 0.52 | 0.64 for one step (fp32 0.67-0.71 | 0.79-0.85
 //   alike).
+// - prefetch_to_l2() on Zen 4: the in-row prefetches as PREFETCHT1 (L2 only) instead of
+//   PREFETCHT0. On the Zen 4 guest (2026-12-08), a standalone copy of the fused bf16 step over
+//   4096 x 8 x 4096 (one thread, median of 5 interleaved rounds) read 0.61-0.67 of a sequential
+//   read + non-temporal write of its bytes with PREFETCHT0 at 512-4096 bytes or none, 0.72-0.77
+//   with PREFETCHT1 or T2 at 1024-4096 (0.63-0.67 at 512); the same gather and streamed stores
+//   without the arithmetic read 0.82-0.94 with no prefetch at all. In L1 the step takes about 30
+//   TSC cycles per copy and 128 columns, a third of its DRAM time: the arithmetic is not what
+//   holds the op back, the misses in flight are, and an L1 prefetch holds an L1 miss buffer
+//   until its line arrives. In the library (bench_token_unpermute_grad and bench_permute_grad,
+//   -O2 with dispatch, 3 interleaved rounds of 3, median op time 1 | 2 threads, PREFETCHT0 ->
+//   PREFETCHT1): bf16 MoeTokenUnpermuteGrad 30.0 | 21.2 -> 26.3 | 18.0 ms, fp32 31.7 | 20.3 ->
+//   28.3 | 18.3 ms, fp32 permute_grad 22.0 | 13.0 -> 16.1 | 11.6 ms, the other permute_grad rows
+//   within the noise (bf16 15.4 | 10.2 -> 15.4 | 10.8, fp16 13.6 | 10.1 -> 12.7 | 9.1, padded
+//   17.3 | 11.6 -> 16.9 | 10.7). With L2 prefetches, kCopyPrefetchBytes 512 | 1024 | 2048 read
+//   bf16 0.59 | 0.69 | 0.66 on one thread, 0.75 | 0.77 | 0.72 on two (scripts/tune_kernels.sh,
+//   2 rounds x 3): 1024 stays. Not measured on other CPUs, which keep PREFETCHT0.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes

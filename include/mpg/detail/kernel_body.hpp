@@ -11,10 +11,10 @@
 //   load<T>(p), load_partial<T>(p, n), store<T>(p, v), store_partial<T>(p, v, n),
 //   stream_line<T>(p, const F* v) (one 64-byte aligned line, non-temporal), stream_bytes(dst,
 //   src, n) (n raw bytes, as non-temporal as the ISA allows: a streamed row's partial lines),
-//   prefetch(p), fence(),
+//   prefetch(p) (into L1), prefetch_l2(p) (into L2 only), fence(),
 //   prefetch_bytes(), the in-row prefetch distance of the K-row walk on this CPU (kPrefetchBytes
 //   where it does not depend on the CPU), and kCopyPrefetchBytes, that of MoeTokenUnpermuteGrad,
-//   which reads one row at a time;
+//   which reads one row at a time; prefetch_to_l2(), whether both fill L2 only on this CPU;
 //   pair_add(a, b): the sums of adjacent lanes of the 2 * kLanes values a then b, in order,
 //   [a0+a1, a2+a3, .., b0+b1, ..] (with one lane: a0+b0), for MoeTokenUnpermuteGrad's tree;
 //   optionally, with kHasPairLevels2 = true, pair_levels2(const F* v) and pair_level3(F, F): a
@@ -61,22 +61,33 @@ MPG_ALWAYS_INLINE typename Vec::F load_term(const T* p, float w, int64_t n) {
   return x;
 }
 
-// Prefetches the kBlockBytes of a row that lie `distance` bytes past row (Vec::prefetch_bytes(),
-// 0 = none), one per line. The hardware prefetcher loses every row start (rows are gathered, not
-// consecutive). The distance deliberately runs past the end of a row: in an expert-sorted G the
-// next row in memory is the same expert's next token, read soon after (see the traits files for
-// the measured distances; one may depend on the CPU, so it is a run-time value).
+// One line prefetched, into L2 only where the CPU wants it (Vec::prefetch_to_l2()).
+MPG_ALWAYS_INLINE void prefetch_line(const void* p, bool to_l2) {
+  if (to_l2) {
+    Vec::prefetch_l2(p);
+  } else {
+    Vec::prefetch(p);
+  }
+}
+
+// Prefetches the kBlockBytes of a row that lie prefetch.bytes past row (0 = none), one per line.
+// The hardware prefetcher loses every row start (rows are gathered, not consecutive). The distance
+// deliberately runs past the end of a row: in an expert-sorted G the next row in memory is the same
+// expert's next token, read soon after (see the traits files for the measured distances; one may
+// depend on the CPU, so it is a run-time value).
 template <int64_t kBlockBytes>
-MPG_ALWAYS_INLINE void prefetch_ahead(const void* row, int64_t distance) {
+MPG_ALWAYS_INLINE void prefetch_ahead(const void* row, InRowPrefetch prefetch) {
   if constexpr (kBlockBytes >= kLineBytes) {
-    if (distance > 0) {
-      const char* ahead = static_cast<const char*>(row) + distance;
+    if (prefetch.bytes > 0) {
+      const char* ahead = static_cast<const char*>(row) + prefetch.bytes;
       MPG_UNROLL
-      for (int64_t b = 0; b < kBlockBytes; b += kLineBytes) Vec::prefetch(ahead + b);
+      for (int64_t b = 0; b < kBlockBytes; b += kLineBytes) {
+        prefetch_line(ahead + b, prefetch.to_l2);
+      }
     }
   } else {
     (void)row;
-    (void)distance;
+    (void)prefetch;
   }
 }
 
@@ -96,7 +107,7 @@ MPG_ALWAYS_INLINE typename V::F fmadd(typename V::F a, typename V::F b, typename
 // the product is exact (product_is_exact). It saves a multiply per vector and copy.
 template <class T, int kVectors, bool kPartial, bool kWeighted, bool kFused = false>
 MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0, int64_t n,
-                                 int64_t prefetch_bytes, typename Vec::F* acc) {
+                                 InRowPrefetch prefetch, typename Vec::F* acc) {
   constexpr int64_t kLanes = Vec::kLanes;
   constexpr int64_t kBlockBytes = kVectors * kLanes * static_cast<int64_t>(sizeof(T));
   const T* const* rows = plan.rows();
@@ -109,7 +120,7 @@ MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0
     for (int v = 0; v < kVectors; ++v) {
       acc[v] = load_term<T, kPartial, kWeighted>(row + v * kLanes, weights[k], n);
     }
-    if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row, prefetch_bytes);
+    if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row, prefetch);
     ++k;
   } else {
     MPG_UNROLL
@@ -131,7 +142,7 @@ MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0
             Vec::add(acc[v], load_term<T, kPartial, kWeighted>(row + v * kLanes, weights[k], n));
       }
     }
-    if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row, prefetch_bytes);
+    if constexpr (!kPartial) prefetch_ahead<kBlockBytes>(row, prefetch);
   }
 }
 
@@ -140,15 +151,14 @@ MPG_ALWAYS_INLINE void sum_group(const TokenPlan<T>& plan, int64_t g, int64_t h0
 // log2(kCount) + 1 blocks live, 24 vectors for 4 bins of 8).
 template <class T, int kVectors, bool kPartial, bool kWeighted, int64_t kFirst, int64_t kCount>
 MPG_ALWAYS_INLINE void sum_bin_tree(const TokenPlan<T>& plan, int64_t h0, int64_t n,
-                                    int64_t prefetch_bytes, typename Vec::F* acc) {
+                                    InRowPrefetch prefetch, typename Vec::F* acc) {
   if constexpr (kCount == 1) {
-    sum_group<T, kVectors, kPartial, kWeighted>(plan, kFirst, h0, n, prefetch_bytes, acc);
+    sum_group<T, kVectors, kPartial, kWeighted>(plan, kFirst, h0, n, prefetch, acc);
   } else {
-    sum_bin_tree<T, kVectors, kPartial, kWeighted, kFirst, kCount / 2>(plan, h0, n, prefetch_bytes,
-                                                                       acc);
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, kFirst, kCount / 2>(plan, h0, n, prefetch, acc);
     typename Vec::F right[kVectors];
     sum_bin_tree<T, kVectors, kPartial, kWeighted, kFirst + kCount / 2, kCount / 2>(
-        plan, h0, n, prefetch_bytes, right);
+        plan, h0, n, prefetch, right);
     MPG_UNROLL
     for (int v = 0; v < kVectors; ++v) acc[v] = Vec::add(acc[v], right[v]);
   }
@@ -164,23 +174,23 @@ MPG_ALWAYS_INLINE void sum_bin_tree(const TokenPlan<T>& plan, int64_t h0, int64_
 // 3 interleaved rounds).
 template <class T, Order O, int kVectors, bool kPartial, bool kWeighted, bool kFused = false>
 MPG_ALWAYS_INLINE void sum_block(const TokenPlan<T>& plan, int64_t h0, int64_t n,
-                                 int64_t prefetch_bytes, typename Vec::F* acc) {
+                                 InRowPrefetch prefetch, typename Vec::F* acc) {
   static_assert(!kFused || O == Order::kSequential, "weighted sums are sequential");
   if constexpr (O == Order::kSequential) {
-    sum_group<T, kVectors, kPartial, kWeighted, kFused>(plan, 0, h0, n, prefetch_bytes, acc);
+    sum_group<T, kVectors, kPartial, kWeighted, kFused>(plan, 0, h0, n, prefetch, acc);
   } else if (plan.num_groups() == 4) {
-    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 4>(plan, h0, n, prefetch_bytes, acc);
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 4>(plan, h0, n, prefetch, acc);
   } else if (plan.num_groups() == 2) {
-    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 2>(plan, h0, n, prefetch_bytes, acc);
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 2>(plan, h0, n, prefetch, acc);
   } else if (plan.num_groups() == 1) {
-    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 1>(plan, h0, n, prefetch_bytes, acc);
+    sum_bin_tree<T, kVectors, kPartial, kWeighted, 0, 1>(plan, h0, n, prefetch, acc);
   } else {
     typename Vec::F stack[7][kVectors];  // log2(kMaxBins) + 1 pending subtrees
     int depth = 0;
     const int64_t bins = plan.num_groups();
     int64_t b = 0;
     do {  // bins >= 1 (binary_bins_count): acc is always written, as GCC can then see
-      sum_group<T, kVectors, kPartial, kWeighted>(plan, b, h0, n, prefetch_bytes, acc);
+      sum_group<T, kVectors, kPartial, kWeighted>(plan, b, h0, n, prefetch, acc);
       for (int64_t m = b; (m & 1) != 0; m >>= 1) {
         --depth;
         MPG_UNROLL
@@ -215,18 +225,18 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
   constexpr int kVectorsPerLine = static_cast<int>(kLineColumns / kLanes);
   static_assert(kBlockColumns % kLineColumns == 0, "a block is whole cache lines of T");
   TokenPlan<T> plan(a.topk);
-  const int64_t prefetch_bytes = Vec::prefetch_bytes();
+  const InRowPrefetch prefetch{Vec::prefetch_bytes(), Vec::prefetch_to_l2()};
   // Columns [h0, end) of the token's row in single vectors, then one partial vector.
   const auto plain_columns = [&](T* out, int64_t h0, int64_t end) {
     for (; h0 + kLanes <= end; h0 += kLanes) {
       F acc[1];
-      sum_block<T, O, 1, false, kWeighted>(plan, h0, 0, prefetch_bytes, acc);
+      sum_block<T, O, 1, false, kWeighted>(plan, h0, 0, prefetch, acc);
       Vec::template store<T>(out + h0, acc[0]);
     }
     if constexpr (kLanes > 1) {
       if (h0 < end) {
         F acc[1];
-        sum_block<T, O, 1, true, kWeighted>(plan, h0, end - h0, prefetch_bytes, acc);
+        sum_block<T, O, 1, true, kWeighted>(plan, h0, end - h0, prefetch, acc);
         Vec::template store_partial<T>(out + h0, acc[0], end - h0);
       }
     }
@@ -236,7 +246,7 @@ void gather_sum(const GatherSumArgs<T, I>& a, int64_t token_begin, int64_t token
     for (; h0 + kBlockColumns <= a.hidden; h0 += kBlockColumns) {
       F acc[kBlockVectors];
       sum_block<T, O, kBlockVectors, false, kWeighted, decltype(fused)::value>(plan, h0, 0,
-                                                                               prefetch_bytes, acc);
+                                                                               prefetch, acc);
       if (a.streaming_stores) {
         MPG_UNROLL
         for (int v = 0; v < kBlockVectors; v += kVectorsPerLine) {

@@ -45,8 +45,9 @@ struct Vec {
   static constexpr int kBlockVectors = MPG_BLOCK_VECTORS_OR(8);
   // AVX-512's measured distance (kernel_avx512.hpp); not measured on ARM.
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);
-  static int64_t prefetch_bytes() { return kPrefetchBytes; }     // the same on every CPU
-  static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;  // not measured apart
+  static int64_t prefetch_bytes() { return kPrefetchBytes; }             // the same on every CPU
+  static bool prefetch_to_l2() { return MPG_PREFETCH_TO_L2_OR(false); }  // L1 on every CPU
+  static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;          // not measured apart
 
   MPG_ALWAYS_INLINE static F zero() { return vdupq_n_f32(0.0f); }
   MPG_ALWAYS_INLINE static F set1(float x) { return vdupq_n_f32(x); }
@@ -147,6 +148,9 @@ struct Vec {
   MPG_ALWAYS_INLINE static void prefetch(const void* p) {
     __builtin_prefetch(p);
   }  // PRFM PLDL1KEEP
+  MPG_ALWAYS_INLINE static void prefetch_l2(const void* p) {
+    __builtin_prefetch(p, 0, 2);
+  }  // PRFM PLDL2KEEP
   // Nothing to fence: stream_line's stores are ordinary, and the thread pool's hand-back (a
   // mutex) orders them before the caller reads out, as for any other store.
   MPG_ALWAYS_INLINE static void fence() {}

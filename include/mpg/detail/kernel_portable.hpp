@@ -26,6 +26,7 @@ struct Vec {
   static constexpr int kBlockVectors = 32;
   static constexpr int64_t kPrefetchBytes = MPG_PREFETCH_BYTES_OR(2048);  // as AVX-512
   static int64_t prefetch_bytes() { return kPrefetchBytes; }              // the same on every CPU
+  static bool prefetch_to_l2() { return MPG_PREFETCH_TO_L2_OR(false); }   // L1 on every CPU
   static constexpr int64_t kCopyPrefetchBytes = kPrefetchBytes;           // not measured apart
 
   static F zero() { return 0.0f; }
@@ -59,6 +60,13 @@ struct Vec {
   static void prefetch(const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
     __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+  }
+  static void prefetch_l2(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p, 0, 2);
 #else
     (void)p;
 #endif

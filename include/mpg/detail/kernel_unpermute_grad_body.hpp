@@ -161,10 +161,11 @@ inline bool fusable_tree(int64_t hidden) {
 // contract defines them). With kStream, the whole 64-byte lines of the dX row are written
 // non-temporally: dX is as large as X and is not read back. X rows are gathered, so the hardware
 // prefetcher misses their starts: the in-row prefetch runs Vec::kCopyPrefetchBytes ahead, past the
-// row end (the next row in memory is the same expert's next token, read soon after).
+// row end (the next row in memory is the same expert's next token, read soon after), into L2
+// only where to_l2 (Vec::prefetch_to_l2()).
 template <class T, bool kKept, bool kStream>
 MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p, T* dx, float* e,
-                                           int64_t hidden) {
+                                           int64_t hidden, bool to_l2) {
   using F = typename Vec::F;
   constexpr int64_t kLanes = Vec::kLanes;
   constexpr int64_t kLineColumns = kLineBytes / static_cast<int64_t>(sizeof(T));
@@ -193,7 +194,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
     for (; h + kLanes <= end; h += kLanes) {
       if constexpr (kKept) {
         if (h % kLineColumns == 0)
-          Vec::prefetch(x + h + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
+          prefetch_line(x + h + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)}, to_l2);
       }
       F d;
       column(h, &d, std::false_type{}, 0);
@@ -215,7 +216,9 @@ MPG_ALWAYS_INLINE void unpermute_grad_copy(const T* x, const float* g32, float p
     plain(0, h);
     const int64_t line_end = h + (hidden - h) / kLineColumns * kLineColumns;
     for (; h < line_end; h += kLineColumns) {
-      if constexpr (kKept) Vec::prefetch(x + h + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
+      if constexpr (kKept) {
+        prefetch_line(x + h + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)}, to_l2);
+      }
       F d[kVectorsPerLine];
       MPG_UNROLL
       for (int v = 0; v < kVectorsPerLine; ++v) column(h + v * kLanes, &d[v], std::false_type{}, 0);
@@ -292,7 +295,8 @@ inline constexpr bool kHalfStepIsLines = (4 * Vec::kLanes * int64_t{sizeof(T)}) 
 template <class T, bool kStream, Narrowing kKnown, bool kLineAligned>
 MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, int count,
                                                    const float* g32, WidenAhead<T> widen,
-                                                   int64_t hidden, const WeightRange& weights) {
+                                                   int64_t hidden, const WeightRange& weights,
+                                                   bool to_l2) {
   using F = typename Vec::F;
   constexpr int64_t kLanes = Vec::kLanes;
   constexpr int64_t kStep = 8 * kLanes;
@@ -304,11 +308,11 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
   // copies of the copy's body in the loop) gained less (see kernel_avx512.hpp's notes).
   constexpr bool kProveOrdinary = kStream && kKnown == Narrowing::kNoLowNan &&
                                   std::is_same_v<T, bfloat16> && OrdinaryIsCheaper<Vec>::value;
-  const auto widen_step = [widen](int64_t h) {
+  const auto widen_step = [widen, to_l2](int64_t h) {
     if constexpr (Vec::kCopyPrefetchBytes > 0) {
       MPG_UNROLL
       for (int64_t c = 0; c < kStep; c += kLineColumns) {
-        Vec::prefetch(widen.from + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
+        prefetch_line(widen.from + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)}, to_l2);
       }
     }
     MPG_UNROLL
@@ -337,7 +341,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
       if constexpr (Vec::kCopyPrefetchBytes > 0) {
         MPG_UNROLL
         for (int64_t c = 0; c < kStep; c += kLineColumns) {
-          Vec::prefetch(x + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)});
+          prefetch_line(x + h + c + Vec::kCopyPrefetchBytes / int64_t{sizeof(T)}, to_l2);
         }
       }
       F halves[2];  // in two halves of 4 vectors: fewer registers live at once
@@ -403,7 +407,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
 template <class T>
 MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int count, const float* g32,
                                             WidenAhead<T> widen, int64_t hidden, bool stream,
-                                            float* tree_values) {
+                                            bool to_l2, float* tree_values) {
   if constexpr (kFusedSteps<T>) {  // not compiled where no step is whole lines
     // bf16 g has zero low 16 bits, and so has any NaN g * p yields unless p is that NaN; other
     // dtypes or sets take Narrowing::kAny in both streamed branches (one instantiation).
@@ -426,15 +430,15 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
       constexpr bool kLineAligned = decltype(line_aligned_tag)::value;
       if (kWithoutNanWeight != Narrowing::kAny && !nan_weight) {
         unpermute_grad_copies_fused<T, true, kWithoutNanWeight, kLineAligned>(
-            copies, count, g32, widen, hidden, weights);
+            copies, count, g32, widen, hidden, weights, to_l2);
       } else {
-        unpermute_grad_copies_fused<T, true, Narrowing::kAny, kLineAligned>(copies, count, g32,
-                                                                            widen, hidden, weights);
+        unpermute_grad_copies_fused<T, true, Narrowing::kAny, kLineAligned>(
+            copies, count, g32, widen, hidden, weights, to_l2);
       }
     };
     if (!stream) {
       unpermute_grad_copies_fused<T, false, Narrowing::kAny, false>(copies, count, g32, widen,
-                                                                    hidden, weights);
+                                                                    hidden, weights, to_l2);
     } else if (kHalfStepIsLines<T> && line_aligned()) {
       // true wherever this runs; where kHalfStepIsLines<T> is false, no aligned pass is compiled
       streamed(std::bool_constant<kHalfStepIsLines<T>>{});
@@ -443,7 +447,7 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
     }
     for (int i = 0; i < count; ++i) tree_values[i] = tree_pair_levels(copies[i].e, hidden / 8);
   } else {
-    (void)copies, (void)count, (void)g32, (void)widen, (void)hidden, (void)stream,
+    (void)copies, (void)count, (void)g32, (void)widen, (void)hidden, (void)stream, (void)to_l2,
         (void)tree_values;
   }
 }
@@ -451,15 +455,15 @@ MPG_ALWAYS_INLINE void unpermute_grad_group(const FusedCopy<T>* copies, int coun
 // One copy not taken by a fused group: its dX row and its tree's value.
 template <class T>
 MPG_ALWAYS_INLINE float unpermute_grad_one_copy(const T* x, const float* g32, float p, T* dx,
-                                                float* e, int64_t hidden, bool stream) {
+                                                float* e, int64_t hidden, bool stream, bool to_l2) {
   if (x != nullptr && stream) {
-    unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden);
+    unpermute_grad_copy<T, true, true>(x, g32, p, dx, e, hidden, to_l2);
   } else if (x != nullptr) {
-    unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden);
+    unpermute_grad_copy<T, true, false>(x, g32, p, dx, e, hidden, to_l2);
   } else if (stream) {
-    unpermute_grad_copy<T, false, true>(x, g32, p, dx, e, hidden);
+    unpermute_grad_copy<T, false, true>(x, g32, p, dx, e, hidden, to_l2);
   } else {
-    unpermute_grad_copy<T, false, false>(x, g32, p, dx, e, hidden);
+    unpermute_grad_copy<T, false, false>(x, g32, p, dx, e, hidden, to_l2);
   }
   return tree_sum(e, hidden);
 }
@@ -495,9 +499,10 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
   float* widened = e + tree_scratch_floats(hidden);  // g[t] widened once, read by every copy
   // The head of a row the in-row prefetch does not reach (none without that prefetch).
   const int64_t head_bytes = std::min(Vec::kCopyPrefetchBytes, hidden * int64_t{sizeof(T)});
+  const bool to_l2 = Vec::prefetch_to_l2();
   const auto prefetch_head = [&](const T* row) {
     const char* bytes = reinterpret_cast<const char*>(row);
-    for (int64_t b = 0; b < head_bytes; b += kLineBytes) Vec::prefetch(bytes + b);
+    for (int64_t b = 0; b < head_bytes; b += kLineBytes) prefetch_line(bytes + b, to_l2);
   };
   const bool fused = fusable_tree<T>(hidden);
   for (int64_t t = token_begin; t < token_end; ++t) {
@@ -540,7 +545,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
         }
         // The in-step prefetch covers all but the rows' heads: start those together.
         for (int i = 0; i < count; ++i) prefetch_head(group[i].x);
-        unpermute_grad_group<T>(group, count, g32, widen, hidden, a.streaming_stores, tree_values);
+        unpermute_grad_group<T>(group, count, g32, widen, hidden, a.streaming_stores, to_l2,
+                                tree_values);
         widen = {};
         for (int i = 0; i < count; ++i) {
           a.probs_grad[t * a.probs_grad_stride + k - count + i] =
@@ -559,7 +565,8 @@ void unpermute_grad(const UnpermuteGradArgs<T, P, I>& a, int64_t token_begin, in
       }
       const T* x = row < a.kept_rows ? a.tokens + row * a.tokens_stride : nullptr;
       widen_all();
-      const float tree = unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, a.streaming_stores);
+      const float tree =
+          unpermute_grad_one_copy<T>(x, g32, p, dx, e, hidden, a.streaming_stores, to_l2);
       a.probs_grad[t * a.probs_grad_stride + k] = static_cast<P>(0.0f + tree);
       ++k;
     }
