@@ -131,16 +131,21 @@ MPG_END_TARGET
 //   read + non-temporal write of its bytes with PREFETCHT0 at 512-4096 bytes or none, 0.72-0.77
 //   with PREFETCHT1 or T2 at 1024-4096 (0.63-0.67 at 512); the same gather and streamed stores
 //   without the arithmetic read 0.82-0.94 with no prefetch at all. In L1 the step takes about 30
-//   TSC cycles per copy and 128 columns, a third of its DRAM time: the arithmetic is not what
-//   holds the op back, the misses in flight are, and an L1 prefetch holds an L1 miss buffer
-//   until its line arrives. In the library (bench_token_unpermute_grad and bench_permute_grad,
-//   -O2 with dispatch, 3 interleaved rounds of 3, median op time 1 | 2 threads, PREFETCHT0 ->
-//   PREFETCHT1): bf16 MoeTokenUnpermuteGrad 30.0 | 21.2 -> 26.3 | 18.0 ms, fp32 31.7 | 20.3 ->
-//   28.3 | 18.3 ms, fp32 permute_grad 22.0 | 13.0 -> 16.1 | 11.6 ms, the other permute_grad rows
-//   within the noise (bf16 15.4 | 10.2 -> 15.4 | 10.8, fp16 13.6 | 10.1 -> 12.7 | 9.1, padded
-//   17.3 | 11.6 -> 16.9 | 10.7). With L2 prefetches, kCopyPrefetchBytes 512 | 1024 | 2048 read
-//   bf16 0.59 | 0.69 | 0.66 on one thread, 0.75 | 0.77 | 0.72 on two (scripts/tune_kernels.sh,
-//   2 rounds x 3): 1024 stays. Not measured on other CPUs, which keep PREFETCHT0.
+//   TSC cycles per copy and 128 columns, a third of its DRAM time: misses in flight, not the
+//   arithmetic, hold the op back there, and an L1 prefetch holds an L1 miss buffer until its
+//   line arrives. In the library (-O2 with dispatch, interleaved rounds of 3, median op times
+//   1 | 2 threads, the code before -> this one): bf16 MoeTokenUnpermuteGrad 29.9 | 20.3 ->
+//   30.3 | 16.8 ms and 32.0 | 21.7 -> 31.3 | 17.2 ms (3 and 4 rounds), fp32 8192 x 2 x 4096
+//   30.6 | 18.2 -> 31.7 | 17.2 and 31.1 | 19.5 -> 29.1 | 18.4 ms; bench_permute_grad and
+//   bench_token_unpermute every row within 10% both ways (3 rounds). Open: a build of the code
+//   before with Vec::prefetch fixed to PREFETCHT1 read the bf16 row on one thread at 23.9-26.0 ms
+//   in five runs against 28.4-32.7 for this code, on two threads 16.6-18.4 against 15.7-17.2;
+//   a build of this code with prefetch_line fixed to prefetch_l2 (no branch) read 29.2 ms, a
+//   template parameter for the level in the fused pass (its loop then the same size as that
+//   build's) 28.9, -falign-loops=64 changed neither build. With L2 prefetches,
+//   kCopyPrefetchBytes 512 | 1024 | 2048 read bf16 0.59 | 0.69 | 0.66 on one thread, 0.75 |
+//   0.77 | 0.72 on two (scripts/tune_kernels.sh, 2 rounds x 3, that compile-time build): 1024
+//   stays. Not measured on other CPUs, which keep PREFETCHT0.
 // - kCopyPrefetchBytes = 1024 (MoeTokenUnpermuteGrad, 8 copies advancing together): on the
 //   AVX-512 Xeon (2026-12-04), bench_token_unpermute_grad -march=native, scripts/tune_kernels.sh,
 //   efficiency bf16 4096 x 8 x 4096 on 1 and 2 threads, one run of 2 rounds x 3 each: 512 bytes
