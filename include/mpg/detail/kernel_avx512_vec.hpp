@@ -19,8 +19,8 @@ struct Vec {
     return cpu_features().amd_zen4 ? kPrefetchBytesZen4 : kPrefetchBytes;
   }
   static constexpr int64_t kCopyPrefetchBytes = MPG_PREFETCH_BYTES_OR(1024);  // see the notes
-  // The in-row prefetches fill L2 only (PREFETCHT1) on Zen 4, whose gathers lost up to an eighth
-  // of their time when they filled L1; L1 elsewhere. Measured: see the notes.
+  // The in-row prefetches fill L2 only (PREFETCHT1) on Zen 4, where that took a sixth off
+  // MoeTokenUnpermuteGrad's two-thread time; L1 elsewhere. Measured: see the notes.
   static bool prefetch_to_l2() { return MPG_PREFETCH_TO_L2_OR(cpu_features().amd_zen4); }
 
   MPG_ALWAYS_INLINE static F zero() { return _mm512_setzero_ps(); }
