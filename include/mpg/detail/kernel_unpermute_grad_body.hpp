@@ -322,8 +322,11 @@ MPG_ALWAYS_INLINE void unpermute_grad_copies_fused(const FusedCopy<T>* copies, i
     }
   };
   if (widen.from != nullptr) widen_step(0);
-  int64_t head[kFusedGroupCopies] = {};  // dX columns [head, tail) of each copy are streamed
-  int64_t tail[kFusedGroupCopies] = {};
+  // dX columns [head, tail) of each copy are streamed, set below for the group's copies only:
+  // zero-initialized, the arrays took one aligned 64-byte store, which faulted under ASan's
+  // use-after-return stack (its frames are 32-byte aligned).
+  int64_t head[kFusedGroupCopies];
+  int64_t tail[kFusedGroupCopies];
   if constexpr (kStream && !kLineAligned) {
     for (int i = 0; i < count; ++i) {
       head[i] = elements_before_line(copies[i].dx, hidden);
